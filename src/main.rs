@@ -1,0 +1,21 @@
+//! The `runbox` binary: parses the command line and hands it to one command.
+//! Exit codes follow docker: 125 when runbox itself fails.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+mod cli;
+mod commands;
+mod output;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match commands::dispatch(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("runbox: {}", output::one_line(&err));
+            ExitCode::from(125)
+        }
+    }
+}
