@@ -1,1 +1,5 @@
+//! Integration tests: one binary, one module per command, shared helpers in `common`.
 
+mod common;
+mod load;
+mod run;

@@ -1,0 +1,1 @@
+//! `runbox load`, `images`, `inspect`, `rmi`, `prune`.

@@ -1,0 +1,1 @@
+//! `runbox run`.
