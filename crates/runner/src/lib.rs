@@ -1,1 +1,27 @@
-//! placeholder
+//! runbox-runner: turns an unpacked image plus the user's `run` options into a
+//! running container, without a daemon and with one fork per start.
+//!
+//! The module list is the pipeline, in the order a start walks it:
+//!
+//! ```text
+//! spec          image config + RunConfig -> oci_spec::runtime::Spec (pure)
+//! user          /etc/passwd and /etc/group parsing, USER[:GROUP] resolution (pure)
+//! capabilities  docker's default set, --cap-add/--cap-drop, --privileged (pure)
+//! seccomp       docker's default profile, profile loading, BPF compile + cache
+//! rootfs        mount plan applied inside the new mount namespace
+//! namespaces    unshare/clone flags and setns
+//! spawn         the one fork: parent/child sync, pid 1, wait
+//! exec          entering a running container
+//! state         container state directory on disk
+//! ```
+//!
+//! Everything above `rootfs` decides; everything from `rootfs` on acts.
+
+pub mod error;
+
+pub mod capabilities;
+pub mod seccomp;
+pub mod spec;
+pub mod user;
+
+pub use error::{Error, Result};

@@ -1,0 +1,63 @@
+//! The error type of the runner crate. Every variant names the operation and
+//! the path or option it concerns, so that the CLI prints one clear line.
+
+use std::path::PathBuf;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An I/O operation on a named path failed.
+    #[error("failed to {op} `{path}`: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A user-supplied option is invalid (`-v`, `--tmpfs`, `-w`, `--cap-add`...).
+    #[error("invalid {option} `{value}`: {reason}")]
+    InvalidOption {
+        option: &'static str,
+        value: String,
+        reason: String,
+    },
+    /// A file given by the user or read from the image is malformed.
+    #[error("invalid {what} `{path}`: {reason}")]
+    InvalidFile {
+        what: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+    /// The image config JSON lacks or mistypes a field.
+    #[error("invalid image config: {0}")]
+    ImageConfig(String),
+    /// Neither the options nor the image give a command to run.
+    #[error("no command specified")]
+    NoCommand,
+    /// A user or group name could not be resolved in the image.
+    #[error("unable to find {kind} {name}: {reason}")]
+    UserNotFound {
+        kind: &'static str,
+        name: String,
+        reason: String,
+    },
+    /// Building an OCI spec structure failed (oci-spec builder error).
+    #[error("failed to build OCI spec {what}: {reason}")]
+    Spec { what: &'static str, reason: String },
+    /// A seccomp profile could not be turned into a BPF program.
+    #[error("seccomp: {0}")]
+    Seccomp(String),
+}
+
+impl Error {
+    /// Shorthand for [`Error::Io`].
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}
