@@ -19,9 +19,15 @@
 
 pub mod error;
 
-pub mod capabilities;
-pub mod seccomp;
+// One module per line group so rustfmt keeps the pipeline order.
 pub mod spec;
+
 pub mod user;
+
+pub mod capabilities;
+
+pub mod seccomp;
+
+// rootfs, namespaces, spawn, exec, state: added by the spawn side.
 
 pub use error::{Error, Result};
