@@ -38,7 +38,7 @@ pub fn load(global: &GlobalArgs, args: LoadArgs) -> anyhow::Result<ExitCode> {
     };
     let report = store
         .load(&path, &opts, observer.as_mut())
-        .with_context(|| format!("load {}", path.display()))?;
+        .context("load")?;
     drop(observer);
     println!("{}", report.image.id);
     if !args.quiet {

@@ -30,8 +30,7 @@ impl Store {
         // Debris of killed loads goes to the trash now; emptied after our load.
         crate::gc::sweep_sessions(self, Some(&session.name))?;
         observer.phase("resolving");
-        let input = Input::open(path, &session.dir)?;
-        let source_key = source_key(&input, opts);
+        let source_key = source_key(path, opts);
 
         // Fastest path: this very file was loaded before.
         if let Some(key) = &source_key {
@@ -44,6 +43,7 @@ impl Store {
             }
         }
 
+        let input = Input::open(path, &session.dir)?;
         let source = input.resolve(&opts.selector, &opts.platform)?;
         let resolve = started.elapsed();
         let mut report = if source.synthesized {
@@ -353,8 +353,8 @@ impl<R: std::io::Read> std::io::Read for ProgressReader<'_, R> {
 }
 
 /// The key under `sources/` for this input and these options.
-fn source_key(input: &Input, opts: &LoadOptions) -> Option<String> {
-    let identity = file_identity(&input.path)?;
+fn source_key(path: &Path, opts: &LoadOptions) -> Option<String> {
+    let identity = file_identity(path)?;
     let text = format!(
         "{identity}\n{:?}\n{}/{}/{}",
         opts.selector,
@@ -402,6 +402,8 @@ fn source_names(source: Option<&ImageSource>, opts: &LoadOptions) -> Vec<String>
         (None, Selector::Name(n)) => vec![n.clone()],
         (None, _) => vec![],
     };
+    // An OCI `ref.name` is often a bare tag ("latest"): not an image name.
+    names.retain(|n| n.contains(':'));
     names.extend(opts.tags.iter().cloned());
     names.retain(|n| normalize_name(n).is_ok());
     names
