@@ -1,0 +1,245 @@
+//! `LayerReader`: the uncompressed tar stream of one layer, decompressed and
+//! hashed on a background thread so that the consumer (the unpacker) only
+//! parses tar and writes files. The worker sends ~1 MiB chunks through a
+//! bounded channel (4 in flight), so memory stays a few MiB per layer however
+//! big the layer is; spent chunks go back to the worker for reuse.
+//!
+//! Verification: the stored bytes are hashed against the blob digest (when
+//! the format names one) and the uncompressed bytes against the diff_id. For
+//! an uncompressed layer both are the same stream and are hashed once. A
+//! mismatch found at the end of the stream is reported by `read` as an
+//! `InvalidData` error (so the unpacker fails) and by `finish` as
+//! `Error::DigestMismatch`.
+
+use std::io::{self, BufReader, Read};
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::thread::JoinHandle;
+
+use crate::compress::{read_head, Compression, READ_BUFFER};
+use crate::digest::{Digest, Hasher, HashingReader};
+use crate::error::Error;
+use crate::Result;
+
+const CHUNK: usize = 1 << 20;
+const IN_FLIGHT: usize = 4;
+
+/// What the layer is expected to hash to, and how to name it in errors.
+pub(crate) struct LayerSpec {
+    pub file: PathBuf,
+    /// 1-based.
+    pub layer: usize,
+    pub location: String,
+    pub blob_digest: Option<Digest>,
+    pub diff_id: Option<Digest>,
+}
+
+enum Msg {
+    Data(Vec<u8>),
+    End(Result<(Digest, u64)>),
+}
+
+/// Uncompressed tar stream of one layer, hashed while read.
+pub struct LayerReader {
+    rx: Receiver<Msg>,
+    recycle: Sender<Vec<u8>>,
+    chunk: Vec<u8>,
+    pos: usize,
+    /// Set once the worker has reported the end.
+    end: Option<Result<(Digest, u64)>>,
+    worker: Option<JoinHandle<()>>,
+    file: PathBuf,
+    layer: usize,
+}
+
+impl LayerReader {
+    pub(crate) fn spawn(stored: Box<dyn Read + Send>, spec: LayerSpec) -> Result<LayerReader> {
+        let (tx, rx) = mpsc::sync_channel(IN_FLIGHT);
+        let (recycle, spare) = mpsc::channel();
+        let file = spec.file.clone();
+        let layer = spec.layer;
+        let worker = std::thread::Builder::new()
+            .name(format!("layer-{layer}"))
+            .spawn(move || {
+                let end = produce(stored, &spec, &tx, &spare);
+                // The consumer may have gone away; nothing left to tell then.
+                let _ = tx.send(Msg::End(end));
+            })
+            .map_err(|e| Error::Layer {
+                file: file.clone(),
+                layer,
+                reason: format!("cannot start reader thread: {e}"),
+            })?;
+        Ok(LayerReader {
+            rx,
+            recycle,
+            chunk: Vec::new(),
+            pos: 0,
+            end: None,
+            worker: Some(worker),
+            file,
+            layer,
+        })
+    }
+
+    /// Drain what the tar parser left unread, then verify. Returns the diff_id
+    /// (sha256 of the uncompressed stream) and the number of stored bytes read.
+    pub fn finish(mut self) -> Result<(Digest, u64)> {
+        while self.end.is_none() {
+            self.next_message();
+        }
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+        self.end.take().unwrap_or_else(|| Err(self.lost()))
+    }
+
+    fn lost(&self) -> Error {
+        Error::Layer {
+            file: self.file.clone(),
+            layer: self.layer,
+            reason: "layer reader thread stopped".into(),
+        }
+    }
+
+    /// Wait for the next chunk or the end.
+    fn next_message(&mut self) {
+        match self.rx.recv() {
+            Ok(Msg::Data(d)) => {
+                let spent = std::mem::replace(&mut self.chunk, d);
+                self.pos = 0;
+                if spent.capacity() > 0 {
+                    let _ = self.recycle.send(spent);
+                }
+            }
+            Ok(Msg::End(r)) => self.end = Some(r),
+            Err(_) => self.end = Some(Err(self.lost())),
+        }
+    }
+}
+
+impl Read for LayerReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.pos < self.chunk.len() {
+                let n = buf.len().min(self.chunk.len() - self.pos);
+                buf[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
+                self.pos += n;
+                return Ok(n);
+            }
+            match &self.end {
+                Some(Ok(_)) => return Ok(0),
+                Some(Err(e)) => {
+                    let kind = match e {
+                        Error::DigestMismatch { .. } => io::ErrorKind::InvalidData,
+                        _ => io::ErrorKind::Other,
+                    };
+                    return Err(io::Error::new(kind, e.to_string()));
+                }
+                None => self.next_message(),
+            }
+        }
+    }
+}
+
+impl Drop for LayerReader {
+    fn drop(&mut self) {
+        // Closing our end makes the worker's next send fail, so it stops.
+        let (_, dead) = mpsc::sync_channel(0);
+        drop(std::mem::replace(&mut self.rx, dead));
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// The worker: read, decompress, hash, send. Returns the diff_id and stored size.
+fn produce(
+    stored: Box<dyn Read + Send>,
+    spec: &LayerSpec,
+    tx: &SyncSender<Msg>,
+    spare: &Receiver<Vec<u8>>,
+) -> Result<(Digest, u64)> {
+    let layer_err = |reason: String| Error::Layer {
+        file: spec.file.clone(),
+        layer: spec.layer,
+        reason,
+    };
+    let mut stored = stored;
+    let mut head = [0u8; 4];
+    let n = read_head(&mut stored, &mut head)
+        .map_err(|e| layer_err(format!("cannot read `{}`: {e}", spec.location)))?;
+    let compression = Compression::sniff(&head[..n]);
+    // Uncompressed: the stored bytes are the diff, one hash serves both.
+    let hash_stored = spec.blob_digest.is_some() && compression != Compression::None;
+    let mut src = HashingReader::new(
+        io::Cursor::new(head).take(n as u64).chain(stored),
+        hash_stored,
+    );
+    let mut diff = Hasher::new();
+    let gone = || layer_err("reader dropped".into());
+    {
+        let buffered = BufReader::with_capacity(READ_BUFFER, &mut src);
+        let mut stream = compression.decoder(buffered).map_err(|e| {
+            layer_err(format!(
+                "cannot start {compression} decoder for `{}`: {e}",
+                spec.location
+            ))
+        })?;
+        loop {
+            let mut chunk = spare
+                .try_recv()
+                .unwrap_or_else(|_| Vec::with_capacity(CHUNK));
+            chunk.resize(CHUNK, 0);
+            let n = read_full(&mut stream, &mut chunk).map_err(|e| {
+                layer_err(format!(
+                    "cannot read {compression} layer `{}`: {e}",
+                    spec.location
+                ))
+            })?;
+            if n == 0 {
+                break;
+            }
+            chunk.truncate(n);
+            diff.update(&chunk);
+            tx.send(Msg::Data(chunk)).map_err(|_| gone())?;
+        }
+    }
+    // Bytes after the end of a compressed stream still belong to the blob.
+    io::copy(&mut src, &mut io::sink())
+        .map_err(|e| layer_err(format!("cannot read `{}`: {e}", spec.location)))?;
+    let (stored_digest, stored_len) = src.finish();
+    let diff_id = diff.finish();
+    let mismatch = |what: &str, expected: &Digest, found: &Digest| Error::DigestMismatch {
+        file: spec.file.clone(),
+        what: format!("layer {} (`{}`) {what}", spec.layer, spec.location),
+        expected: expected.to_string(),
+        found: found.to_string(),
+    };
+    if let Some(expected) = &spec.blob_digest {
+        let found = stored_digest.as_ref().unwrap_or(&diff_id);
+        if found != expected {
+            return Err(mismatch("blob", expected, found));
+        }
+    }
+    if let Some(expected) = &spec.diff_id {
+        if &diff_id != expected {
+            return Err(mismatch("diff_id", expected, &diff_id));
+        }
+    }
+    Ok((diff_id, stored_len))
+}
+
+/// Fill `buf` unless the stream ends first; returns the bytes read.
+fn read_full<R: Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
