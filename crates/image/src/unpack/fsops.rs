@@ -1,0 +1,481 @@
+//! The file system side of unpacking: every operation works on directory
+//! fds beneath the root fd. Parent directories are opened with openat2
+//! (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), or component by component with
+//! O_NOFOLLOW on kernels without openat2, so no symlink is ever followed
+//! and nothing outside the root is touched. Final components are created
+//! with *at() calls and O_EXCL/O_NOFOLLOW; an existing entry is unlinked
+//! first. The parent fd of the last entry is cached: tar entries mostly
+//! share a parent, and each cache miss costs one openat2.
+
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use rustix::fs::Timespec;
+use rustix::fs::{
+    self as rfs, AtFlags, FileType, Gid, Mode, OFlags, ResolveFlags, Timestamps, Uid, XattrFlags,
+};
+use rustix::io::Errno;
+
+/// Why an operation failed, already phrased for the entry error.
+#[derive(Debug)]
+pub(crate) struct FsError(pub String);
+
+fn lossy(b: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(b)
+}
+
+pub(crate) fn sys(op: &str, path: &[u8], e: Errno) -> FsError {
+    let path = if path.is_empty() {
+        "/".into()
+    } else {
+        lossy(path)
+    };
+    FsError(format!(
+        "failed to {op} `{path}`: {}",
+        std::io::Error::from(e)
+    ))
+}
+
+const DIR_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+/// Ownership, mode, times and xattrs to put on a created entry.
+pub(crate) struct Meta<'a> {
+    pub uid: u32,
+    pub gid: u32,
+    pub mode: u32,
+    pub mtime: (i64, u32),
+    pub xattrs: &'a [(Vec<u8>, Vec<u8>)],
+    pub chown: bool,
+}
+
+impl Meta<'_> {
+    fn owner(&self) -> (Option<Uid>, Option<Gid>) {
+        // u32::MAX is chown's "leave unchanged"; it cannot be stored as an id.
+        (
+            (self.uid != u32::MAX).then(|| Uid::from_raw(self.uid)),
+            (self.gid != u32::MAX).then(|| Gid::from_raw(self.gid)),
+        )
+    }
+
+    fn times(&self) -> Timestamps {
+        let t = Timespec {
+            tv_sec: self.mtime.0,
+            tv_nsec: i64::from(self.mtime.1),
+        };
+        Timestamps {
+            last_access: t,
+            last_modification: t,
+        }
+    }
+}
+
+/// Only these xattrs are restored. `trusted.*` and `user.overlay.*` could
+/// steer overlayfs when the rootfs later serves as a lower layer, and
+/// `security.selinux` belongs to the host policy.
+fn xattr_allowed(name: &[u8]) -> bool {
+    name == b"security.capability"
+        || (name.starts_with(b"user.") && !name.starts_with(b"user.overlay."))
+        || name == b"system.posix_acl_access"
+        || name == b"system.posix_acl_default"
+}
+
+/// security.capability must land (a binary without it breaks); others are
+/// best effort where the file system refuses them.
+fn xattr_result(r: Result<(), Errno>, name: &[u8], path: &[u8]) -> Result<(), FsError> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(Errno::NOTSUP | Errno::PERM | Errno::ACCESS | Errno::INVAL)
+            if name != b"security.capability" =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(sys(&format!("set xattr {} on", lossy(name)), path, e)),
+    }
+}
+
+/// fchown, then fchmod (chown clears setuid/setgid), then xattrs (chown
+/// clears security.capability), then times.
+pub(crate) fn apply_meta_fd(
+    fd: BorrowedFd<'_>,
+    m: &Meta<'_>,
+    path: &[u8],
+    times: bool,
+) -> Result<(), FsError> {
+    if m.chown {
+        let (u, g) = m.owner();
+        rfs::fchown(fd, u, g).map_err(|e| sys("chown", path, e))?;
+    }
+    rfs::fchmod(fd, Mode::from_raw_mode(m.mode)).map_err(|e| sys("chmod", path, e))?;
+    for (name, value) in m.xattrs.iter().filter(|(n, _)| xattr_allowed(n)) {
+        let r = rfs::fsetxattr(fd, name.as_slice(), value, XattrFlags::empty());
+        xattr_result(r, name, path)?;
+    }
+    if times {
+        rfs::futimens(fd, &m.times()).map_err(|e| sys("set times of", path, e))?;
+    }
+    Ok(())
+}
+
+/// Metadata of an entry that cannot be opened (symlink, device, fifo):
+/// everything by name relative to its parent, never following the name.
+pub(crate) fn apply_meta_at(
+    dirfd: BorrowedFd<'_>,
+    name: &[u8],
+    m: &Meta<'_>,
+    path: &[u8],
+    chmod: bool,
+) -> Result<(), FsError> {
+    if m.chown {
+        let (u, g) = m.owner();
+        rfs::chownat(dirfd, name, u, g, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| sys("chown", path, e))?;
+    }
+    if chmod {
+        // Only for device nodes and fifos just made here; chmodat cannot
+        // refuse to follow, so it is never used on symlinks.
+        rfs::chmodat(dirfd, name, Mode::from_raw_mode(m.mode), AtFlags::empty())
+            .map_err(|e| sys("chmod", path, e))?;
+    }
+    let mut wanted = m.xattrs.iter().filter(|(n, _)| xattr_allowed(n)).peekable();
+    if wanted.peek().is_some() {
+        // /proc/self/fd/N is the parent itself; lsetxattr does not follow
+        // the final component.
+        use std::os::fd::AsRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        let mut p = format!("/proc/self/fd/{}/", dirfd.as_raw_fd()).into_bytes();
+        p.extend_from_slice(name);
+        let p = std::ffi::OsStr::from_bytes(&p);
+        for (xname, value) in wanted {
+            let r = rfs::lsetxattr(p, xname.as_slice(), value, XattrFlags::empty());
+            xattr_result(r, xname, path)?;
+        }
+    }
+    rfs::utimensat(dirfd, name, &m.times(), AtFlags::SYMLINK_NOFOLLOW)
+        .map_err(|e| sys("set times of", path, e))
+}
+
+/// Removes `name` in `dirfd` (`full` is its root-relative path) unless
+/// `keep` says this layer made it; a directory is emptied recursively of
+/// everything not kept and removed when nothing in it is kept. Returns
+/// whether anything was kept. Nothing is followed: symlinks are unlinked.
+pub(crate) fn remove_unless_kept(
+    dirfd: BorrowedFd<'_>,
+    name: &[u8],
+    full: &mut Vec<u8>,
+    keep: &dyn Fn(&[u8]) -> bool,
+) -> Result<bool, FsError> {
+    let kept_self = keep(full);
+    if !kept_self {
+        match rfs::unlinkat(dirfd, name, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => return Ok(false),
+            Err(Errno::ISDIR | Errno::PERM) => {}
+            Err(e) => return Err(sys("remove", full, e)),
+        }
+    }
+    let sub = match rfs::openat(dirfd, name, DIR_FLAGS, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOTDIR | Errno::LOOP) if kept_self => return Ok(true),
+        Err(Errno::NOENT) => return Ok(kept_self),
+        Err(e) => return Err(sys("open directory", full, e)),
+    };
+    let mut kept_child = false;
+    let base = full.len();
+    for child in list_dir(sub.as_fd(), full)? {
+        if base > 0 {
+            full.push(b'/');
+        }
+        full.extend_from_slice(&child);
+        let r = remove_unless_kept(sub.as_fd(), &child, full, keep);
+        full.truncate(base);
+        kept_child |= r?;
+    }
+    if kept_self || kept_child {
+        return Ok(true);
+    }
+    match rfs::unlinkat(dirfd, name, AtFlags::REMOVEDIR) {
+        Ok(()) | Err(Errno::NOENT) => Ok(false),
+        Err(e) => Err(sys("remove directory", full, e)),
+    }
+}
+
+/// Names in a directory, without `.` and `..`, collected before any removal.
+pub(crate) fn list_dir(fd: BorrowedFd<'_>, path: &[u8]) -> Result<Vec<Vec<u8>>, FsError> {
+    let mut dir = rfs::Dir::read_from(fd).map_err(|e| sys("read directory", path, e))?;
+    let mut names = Vec::new();
+    while let Some(ent) = dir.read() {
+        let ent = ent.map_err(|e| sys("read directory", path, e))?;
+        let n = ent.file_name().to_bytes();
+        if n != b"." && n != b".." {
+            names.push(n.to_vec());
+        }
+    }
+    Ok(names)
+}
+
+/// The root directory fd plus the cached parent directory of the last entry.
+pub(crate) struct Tree {
+    root: OwnedFd,
+    cache_path: Vec<u8>,
+    /// None: the cached parent is the root itself.
+    cache_fd: Option<OwnedFd>,
+    openat2: bool,
+}
+
+impl Tree {
+    pub(crate) fn open(root: &Path) -> std::io::Result<Tree> {
+        let root = rfs::open(root, DIR_FLAGS.difference(OFlags::NOFOLLOW), Mode::empty())?;
+        // Kernels before 5.6 lack openat2: fall back to walking by hand.
+        let openat2 = match rfs::openat2(&root, ".", DIR_FLAGS, Mode::empty(), resolve_flags()) {
+            Ok(_) => true,
+            Err(Errno::NOSYS | Errno::INVAL | Errno::PERM) => false,
+            Err(e) => return Err(e.into()),
+        };
+        Ok(Tree {
+            root,
+            cache_path: Vec::new(),
+            cache_fd: None,
+            openat2,
+        })
+    }
+
+    pub(crate) fn root(&self) -> BorrowedFd<'_> {
+        self.root.as_fd()
+    }
+
+    /// The fd of the cached parent (see `enter`).
+    pub(crate) fn parent(&self) -> BorrowedFd<'_> {
+        self.cache_fd
+            .as_ref()
+            .map_or(self.root.as_fd(), |f| f.as_fd())
+    }
+
+    /// Makes `dir` the cached parent. Missing directories are created (0755)
+    /// when `create`; returns false when missing and not created.
+    pub(crate) fn enter(&mut self, dir: &[u8], create: bool) -> Result<bool, FsError> {
+        if dir == self.cache_path.as_slice() {
+            return Ok(true);
+        }
+        let fd = if dir.is_empty() {
+            None
+        } else {
+            match self.open_dir(dir)? {
+                Some(fd) => Some(fd),
+                None if create => Some(self.make_parents(dir)?),
+                None => return Ok(false),
+            }
+        };
+        self.set_cache(dir, fd);
+        Ok(true)
+    }
+
+    /// Caches a directory fd just opened for `path` (a directory entry).
+    pub(crate) fn set_cache(&mut self, path: &[u8], fd: Option<OwnedFd>) {
+        self.cache_path.clear();
+        self.cache_path.extend_from_slice(path);
+        self.cache_fd = fd;
+    }
+
+    /// Opens an existing directory beneath the root; Ok(None) if it is
+    /// missing; an error if any component is a symlink or not a directory.
+    pub(crate) fn open_dir(&self, dir: &[u8]) -> Result<Option<OwnedFd>, FsError> {
+        if dir.is_empty() {
+            return rfs::openat(&self.root, ".", DIR_FLAGS, Mode::empty())
+                .map(Some)
+                .map_err(|e| sys("open directory", dir, e));
+        }
+        let r = if self.openat2 {
+            let mut tries = 0;
+            loop {
+                match rfs::openat2(&self.root, dir, DIR_FLAGS, Mode::empty(), resolve_flags()) {
+                    // EAGAIN: a concurrent rename somewhere; retry a few times.
+                    Err(Errno::AGAIN) if tries < 16 => tries += 1,
+                    r => break r,
+                }
+            }
+        } else {
+            self.walk(dir, false)
+        };
+        match r {
+            Ok(fd) => Ok(Some(fd)),
+            Err(Errno::NOENT) => Ok(None),
+            Err(Errno::NOTDIR) => Err(self.explain_not_dir(dir)),
+            Err(e) => Err(parent_error(dir, e)),
+        }
+    }
+
+    /// O_NOFOLLOW|O_DIRECTORY reports a symlink as ENOTDIR: find the
+    /// offending component to say which it is (error path only).
+    fn explain_not_dir(&self, dir: &[u8]) -> FsError {
+        let mut cur = match rfs::openat(&self.root, ".", DIR_FLAGS, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(e) => return sys("open directory", dir, e),
+        };
+        let mut end = 0;
+        for comp in dir.split(|&b| b == b'/') {
+            end += comp.len();
+            let prefix = &dir[..end];
+            end += 1;
+            match rfs::statat(&cur, comp, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
+                    return parent_error(prefix, Errno::LOOP)
+                }
+                Ok(st) if FileType::from_raw_mode(st.st_mode) != FileType::Directory => {
+                    return parent_error(prefix, Errno::NOTDIR)
+                }
+                Ok(_) => {}
+                Err(e) => return sys("inspect", prefix, e),
+            }
+            cur = match rfs::openat(&cur, comp, DIR_FLAGS, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(e) => return parent_error(prefix, e),
+            };
+        }
+        parent_error(dir, Errno::NOTDIR)
+    }
+
+    /// Component-by-component open with O_NOFOLLOW, creating missing
+    /// directories when `create`.
+    fn walk(&self, dir: &[u8], create: bool) -> Result<OwnedFd, Errno> {
+        let mut cur = rfs::openat(&self.root, ".", DIR_FLAGS, Mode::empty())?;
+        for comp in dir.split(|&b| b == b'/') {
+            cur = match rfs::openat(&cur, comp, DIR_FLAGS, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) if create => {
+                    match rfs::mkdirat(&cur, comp, Mode::from_raw_mode(0o755)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(e),
+                    }
+                    let fd = rfs::openat(&cur, comp, DIR_FLAGS, Mode::empty())?;
+                    // mkdirat applied the umask; implicit parents are 0755.
+                    rfs::fchmod(&fd, Mode::from_raw_mode(0o755))?;
+                    fd
+                }
+                Err(e) => return Err(e),
+            };
+        }
+        Ok(cur)
+    }
+
+    fn make_parents(&self, dir: &[u8]) -> Result<OwnedFd, FsError> {
+        self.walk(dir, true).map_err(|e| match e {
+            Errno::NOTDIR | Errno::LOOP => self.explain_not_dir(dir),
+            e => parent_error(dir, e),
+        })
+    }
+}
+
+fn resolve_flags() -> ResolveFlags {
+    ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS
+}
+
+fn parent_error(dir: &[u8], e: Errno) -> FsError {
+    match e {
+        Errno::LOOP => FsError(format!(
+            "parent directory `{}` is or passes through a symlink; refusing to follow it",
+            lossy(dir)
+        )),
+        Errno::NOTDIR => FsError(format!("parent `{}` is not a directory", lossy(dir))),
+        Errno::XDEV => FsError(format!("parent `{}` escapes the root", lossy(dir))),
+        e => sys("open directory", dir, e),
+    }
+}
+
+/// Frees the slot `name` for a new entry: unlinks a file or symlink, or
+/// removes a directory tree.
+pub(crate) fn clear_slot(dirfd: BorrowedFd<'_>, name: &[u8], path: &[u8]) -> Result<(), FsError> {
+    let mut full = path.to_vec();
+    remove_unless_kept(dirfd, name, &mut full, &|_| false).map(|_| ())
+}
+
+/// Runs a create call; on EEXIST clears the slot and tries once more.
+pub(crate) fn create_replacing<T>(
+    dirfd: BorrowedFd<'_>,
+    name: &[u8],
+    path: &[u8],
+    op: &str,
+    mut create: impl FnMut() -> Result<T, Errno>,
+) -> Result<T, FsError> {
+    match create() {
+        Err(Errno::EXIST) => {
+            clear_slot(dirfd, name, path)?;
+            create().map_err(|e| sys(op, path, e))
+        }
+        r => r.map_err(|e| sys(op, path, e)),
+    }
+}
+
+/// Creates a new regular file (replacing whatever was there).
+pub(crate) fn create_file(
+    dirfd: BorrowedFd<'_>,
+    name: &[u8],
+    path: &[u8],
+) -> Result<File, FsError> {
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    create_replacing(dirfd, name, path, "create", || {
+        rfs::openat(dirfd, name, flags, Mode::from_raw_mode(0o600))
+    })
+    .map(File::from)
+}
+
+/// Creates or reuses the directory `name`; a non-directory there is replaced.
+pub(crate) fn make_dir(
+    dirfd: BorrowedFd<'_>,
+    name: &[u8],
+    path: &[u8],
+) -> Result<OwnedFd, FsError> {
+    match rfs::mkdirat(dirfd, name, Mode::from_raw_mode(0o700)) {
+        Ok(()) | Err(Errno::EXIST) => {}
+        Err(e) => return Err(sys("create directory", path, e)),
+    }
+    match rfs::openat(dirfd, name, DIR_FLAGS, Mode::empty()) {
+        Ok(fd) => Ok(fd),
+        Err(Errno::NOTDIR | Errno::LOOP) => {
+            clear_slot(dirfd, name, path)?;
+            rfs::mkdirat(dirfd, name, Mode::from_raw_mode(0o700))
+                .map_err(|e| sys("create directory", path, e))?;
+            rfs::openat(dirfd, name, DIR_FLAGS, Mode::empty())
+                .map_err(|e| sys("open directory", path, e))
+        }
+        Err(e) => Err(sys("open directory", path, e)),
+    }
+}
+
+pub(crate) fn make_symlink(
+    dirfd: BorrowedFd<'_>,
+    name: &[u8],
+    path: &[u8],
+    target: &[u8],
+) -> Result<(), FsError> {
+    create_replacing(dirfd, name, path, "create symlink", || {
+        rfs::symlinkat(target, dirfd, name)
+    })
+}
+
+pub(crate) fn make_node(
+    dirfd: BorrowedFd<'_>,
+    name: &[u8],
+    path: &[u8],
+    kind: FileType,
+    dev: rfs::Dev,
+) -> Result<(), FsError> {
+    create_replacing(dirfd, name, path, "create node", || {
+        rfs::mknodat(dirfd, name, kind, Mode::from_raw_mode(0o600), dev)
+    })
+}
+
+/// Hard link `name` in `dirfd` to `tname` in `tdir` (both beneath the root).
+pub(crate) fn make_hardlink(
+    tdir: BorrowedFd<'_>,
+    tname: &[u8],
+    dirfd: BorrowedFd<'_>,
+    name: &[u8],
+    path: &[u8],
+) -> Result<(), FsError> {
+    create_replacing(dirfd, name, path, "create hard link", || {
+        rfs::linkat(tdir, tname, dirfd, name, AtFlags::empty())
+    })
+}
