@@ -49,6 +49,9 @@ pub enum Error {
     /// A seccomp profile could not be turned into a BPF program.
     #[error("seccomp: {0}")]
     Seccomp(String),
+    /// The container process failed before exec; `message` names the phase and path.
+    #[error("container {id}: {message}")]
+    ContainerSetup { id: String, message: String },
 }
 
 impl Error {

@@ -28,6 +28,20 @@ pub mod capabilities;
 
 pub mod seccomp;
 
-// rootfs, namespaces, spawn, exec, state: added by the spawn side.
+pub mod rootfs;
+
+pub mod namespaces;
+
+pub mod spawn;
+
+pub mod syscall;
+
+pub mod pty;
+
+pub mod signals;
+
+pub mod state;
+
+pub mod container;
 
 pub use error::{Error, Result};

@@ -1,0 +1,580 @@
+//! Runs one container to completion: the orchestration of a `runbox run`.
+//!
+//! ```text
+//! reap debris of killed runs -> state dir (locked) + /etc files -> layer dirs
+//! -> [pty, raw mode] -> block signals -> spawn::clone_container
+//! -> poll loop: sync pipe (mount time, setup error), pidfd (exit), signalfd
+//!    (forward, or resize the pty), pty master <-> stdio, --timeout deadline
+//! -> wait -> remove state dir and writable layer (unless --keep)
+//! ```
+//!
+//! The overlay is mounted inside the container's mount namespace, so it
+//! disappears with the namespace: nothing is ever left mounted on the host.
+//! Cleanup runs on every path out (a guard), and a cleanup error never hides
+//! the run's own error.
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::fcntl::OFlag;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sched::CloneFlags;
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitStatus};
+use oci_spec::runtime::{PosixRlimitType, Spec};
+
+use crate::error::{Error, Result};
+use crate::rootfs::{self, HostFiles, RootfsMode};
+use crate::spawn::{self, CapSets, ChildPlan, Stdio};
+use crate::state::{self, ContainerState, StateDir, Status};
+use crate::{namespaces, pty, signals};
+
+/// What `run` needs besides the Spec.
+#[derive(Debug, Clone)]
+pub struct ContainerConfig {
+    pub id: String,
+    /// Image reference or rootfs path, recorded in state.json.
+    pub image: String,
+    /// The image's plain directory: the overlay's lower layer.
+    pub image_dir: PathBuf,
+    /// Where writable layers live (`Store::containers_dir()`).
+    pub containers_dir: PathBuf,
+    /// The state root (`--state`).
+    pub state_root: PathBuf,
+    /// (container path, content): /etc/hosts, /etc/hostname, /etc/resolv.conf.
+    pub etc_files: Vec<(PathBuf, String)>,
+    /// Where compiled seccomp programs are cached.
+    pub seccomp_cache: PathBuf,
+    pub tty: bool,
+    pub interactive: bool,
+    pub init: bool,
+    pub timeout: Option<Duration>,
+    /// Keep the stopped container's state and writable layer.
+    pub keep: bool,
+}
+
+/// How the container ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    /// PID 1 exited with this code.
+    Code(i32),
+    /// PID 1 was killed by this signal.
+    Signaled(i32),
+    /// `--timeout` expired and the container was killed.
+    TimedOut,
+    /// The command could not be executed (126) or found (127).
+    ExecFailed { code: u8, message: String },
+}
+
+impl Exit {
+    /// The exit code of `runbox run`, as docker computes it.
+    pub fn code(&self) -> u8 {
+        match self {
+            Exit::Code(c) => (*c & 0xff) as u8,
+            Exit::Signaled(s) => (128 + *s).clamp(0, 255) as u8,
+            Exit::TimedOut => 124,
+            Exit::ExecFailed { code, .. } => *code,
+        }
+    }
+}
+
+/// Phase durations of one run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timings {
+    /// Mounts inside the child (overlay to pivot_root and masks).
+    pub mount: Duration,
+    /// Preparing, cloning and setting up the child, minus `mount`, until exec.
+    pub spawn: Duration,
+    /// From exec to exit.
+    pub run: Duration,
+    /// Removing state and the writable layer.
+    pub cleanup: Duration,
+}
+
+#[derive(Debug)]
+pub struct RunReport {
+    pub exit: Exit,
+    pub timings: Timings,
+}
+
+/// Removes the state dir and the writable layer when dropped (all exits).
+struct Cleanup<'a> {
+    cfg: &'a ContainerConfig,
+    state: Option<StateDir>,
+    layer: bool,
+}
+
+impl Cleanup<'_> {
+    fn finish(&mut self) -> Result<()> {
+        let mut first = Ok(());
+        if self.layer && !self.cfg.keep {
+            self.layer = false;
+            first = state::discard_layer(&self.cfg.containers_dir, &self.cfg.id);
+        }
+        if let Some(dir) = self.state.take() {
+            if !self.cfg.keep {
+                first = first.and(dir.remove());
+            }
+        }
+        first
+    }
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        // Errors here would hide the run's own error; finish() reports them on the happy path.
+        let _ = self.finish();
+    }
+}
+
+fn cstrings<'a>(what: &'static str, items: impl Iterator<Item = &'a str>) -> Result<Vec<CString>> {
+    items
+        .map(|s| {
+            CString::new(s).map_err(|_| Error::InvalidOption {
+                option: what,
+                value: s.to_string(),
+                reason: "contains a NUL byte".into(),
+            })
+        })
+        .collect()
+}
+
+fn rlimit(t: PosixRlimitType) -> Option<nix::sys::resource::Resource> {
+    use nix::sys::resource::Resource as R;
+    Some(match t {
+        PosixRlimitType::RlimitAs => R::RLIMIT_AS,
+        PosixRlimitType::RlimitCore => R::RLIMIT_CORE,
+        PosixRlimitType::RlimitCpu => R::RLIMIT_CPU,
+        PosixRlimitType::RlimitData => R::RLIMIT_DATA,
+        PosixRlimitType::RlimitFsize => R::RLIMIT_FSIZE,
+        PosixRlimitType::RlimitLocks => R::RLIMIT_LOCKS,
+        PosixRlimitType::RlimitMemlock => R::RLIMIT_MEMLOCK,
+        PosixRlimitType::RlimitNofile => R::RLIMIT_NOFILE,
+        PosixRlimitType::RlimitNproc => R::RLIMIT_NPROC,
+        PosixRlimitType::RlimitRss => R::RLIMIT_RSS,
+        PosixRlimitType::RlimitSigpending => R::RLIMIT_SIGPENDING,
+        PosixRlimitType::RlimitStack => R::RLIMIT_STACK,
+        _ => return None,
+    })
+}
+
+/// The child's plan from the spec (everything but mounts, stdio and mask).
+fn child_plan(
+    spec: &Spec,
+    mounts: rootfs::MountPlan,
+    flags: CloneFlags,
+    cfg: &ContainerConfig,
+) -> Result<ChildPlan> {
+    let process = spec.process().as_ref().ok_or(Error::NoCommand)?;
+    let args = process.args().as_deref().unwrap_or(&[]);
+    if args.is_empty() {
+        return Err(Error::NoCommand);
+    }
+    let env = process.env().as_deref().unwrap_or(&[]);
+    let path_var = env
+        .iter()
+        .rev()
+        .find_map(|e| e.strip_prefix("PATH="))
+        .map(str::to_string);
+    let caps = process.capabilities().as_ref().map(|c| {
+        let mask = |s: &Option<oci_spec::runtime::Capabilities>| {
+            s.as_ref().map(crate::capabilities::mask).unwrap_or(0)
+        };
+        CapSets {
+            bounding: mask(c.bounding()),
+            effective: mask(c.effective()),
+            permitted: mask(c.permitted()),
+            inheritable: mask(c.inheritable()),
+            ambient: c
+                .ambient()
+                .iter()
+                .flatten()
+                .map(|cap| crate::capabilities::number(*cap) as u32)
+                .collect(),
+            last_cap: crate::capabilities::kernel_last_cap() as u32,
+        }
+    });
+    let rlimits = process
+        .rlimits()
+        .iter()
+        .flatten()
+        .filter_map(|r| rlimit(r.typ()).map(|res| (res, r.soft(), r.hard())))
+        .collect();
+    let user = process.user();
+    let seccomp = match spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) {
+        Some(profile) => Some((
+            crate::seccomp::cached_program(profile, &cfg.seccomp_cache)?,
+            crate::seccomp::filter_flags(profile),
+        )),
+        None => None,
+    };
+    Ok(ChildPlan {
+        mounts,
+        hostname: spec
+            .hostname()
+            .clone()
+            .filter(|_| flags.contains(CloneFlags::CLONE_NEWUTS)),
+        loopback: flags.contains(CloneFlags::CLONE_NEWNET),
+        args: cstrings("command", args.iter().map(String::as_str))?,
+        env: cstrings("env", env.iter().map(String::as_str))?,
+        path_var,
+        cwd: process.cwd().clone(),
+        uid: user.uid(),
+        gid: user.gid(),
+        additional_gids: user.additional_gids().clone().unwrap_or_default(),
+        caps,
+        no_new_privileges: process.no_new_privileges().unwrap_or(false),
+        seccomp,
+        rlimits,
+        init: cfg.init,
+        sigmask: nix::sys::signal::SigSet::empty(),
+    })
+}
+
+/// Runs `spec` as container `cfg.id` until its PID 1 exits.
+pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
+    let t0 = Instant::now();
+    let flags = namespaces::clone_flags(spec)?;
+    state::reap_stale(&cfg.state_root, &cfg.containers_dir);
+    let mut cleanup = Cleanup {
+        cfg,
+        state: None,
+        layer: false,
+    };
+    let dir = StateDir::create(&cfg.state_root, &cfg.id)?;
+    let mut host = HostFiles::default();
+    for (dst, content) in &cfg.etc_files {
+        let name = dst
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let src = dir.write_file(&format!("etc-{name}"), content.as_bytes())?;
+        host.etc.push((dst.clone(), src));
+    }
+    cleanup.state = Some(dir);
+
+    let layer = cfg.containers_dir.join(&cfg.id);
+    let target = layer.join("merged");
+    let readonly = spec
+        .root()
+        .as_ref()
+        .and_then(|r| r.readonly())
+        .unwrap_or(false);
+    let mode = if readonly {
+        RootfsMode::Bind {
+            dir: cfg.image_dir.clone(),
+        }
+    } else {
+        RootfsMode::Overlay {
+            lower: cfg.image_dir.clone(),
+            upper: layer.join("upper"),
+            work: layer.join("work"),
+        }
+    };
+    cleanup.layer = true;
+    let mut mk = vec![target.clone()];
+    if let RootfsMode::Overlay { upper, work, .. } = &mode {
+        mk.extend([upper.clone(), work.clone()]);
+    }
+    for d in &mk {
+        std::fs::create_dir_all(d).map_err(|e| Error::io("create", d, e))?;
+    }
+
+    let pty = if cfg.tty {
+        Some(pty::open(std::io::stdin().as_fd())?)
+    } else {
+        None
+    };
+    host.console = pty.as_ref().map(|p| p.slave_path.clone());
+    let mounts = rootfs::plan(spec, mode, target, &host)?;
+    let mut plan = child_plan(spec, mounts, flags, cfg)?;
+
+    let (stdio, master) = match pty {
+        Some(p) => (Stdio::Pty { slave: p.slave }, Some(p.master)),
+        None => {
+            let null_stdin = if cfg.interactive {
+                None
+            } else {
+                let f = std::fs::File::open("/dev/null")
+                    .map_err(|e| Error::io("open", "/dev/null", e))?;
+                Some(OwnedFd::from(f))
+            };
+            (Stdio::Inherit { null_stdin }, None)
+        }
+    };
+    let _raw = if master.is_some() {
+        pty::RawMode::enter_stdin()
+    } else {
+        None
+    };
+
+    let old_mask =
+        signals::block().map_err(|e| Error::io("block signals for", "runbox", e.into()))?;
+    let result = (|| {
+        plan.sigmask = old_mask;
+        let sigfd = signals::signal_fd()
+            .map_err(|e| Error::io("create signalfd for", "runbox", e.into()))?;
+        let (sync_r, sync_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
+            .map_err(|e| Error::io("create sync pipe for", &cfg.id, e.into()))?;
+        let spawned = Instant::now();
+        let (pid, pidfd) = spawn::clone_container(flags, plan, stdio, sync_w)
+            .map_err(|e| Error::io("clone container process", &cfg.image_dir, e.into()))?;
+        if let Some(dir) = &cleanup.state {
+            dir.save(&ContainerState {
+                id: cfg.id.clone(),
+                pid: pid.as_raw(),
+                pid_start_time: state::pid_start_time(pid.as_raw()).unwrap_or(0),
+                image: cfg.image.clone(),
+                rootfs: cfg.image_dir.clone(),
+                created: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+                status: Status::Running,
+                exit_code: None,
+            })?;
+        }
+        let pidfd = pidfd
+            .ok_or_else(|| Error::io("get pidfd of", &cfg.id, std::io::Error::other("none")))?;
+        let waited = wait_loop(cfg, pid, &pidfd, &sigfd, sync_r, master.as_ref(), spawned)?;
+        Ok((pid, waited))
+    })();
+    let restored = signals::restore(&old_mask);
+    let (pid, (status, report, exec_at)) = result?;
+    restored.map_err(|e| Error::io("restore signal mask of", "runbox", e.into()))?;
+
+    let exited = Instant::now();
+    let mount = Duration::from_micros(report.mount_us.unwrap_or(0));
+    let exec_at = exec_at.unwrap_or(exited);
+    let exit = match (report.error, status) {
+        (Some((code, message)), _)
+            if code == spawn::EXIT_NOT_FOUND || code == spawn::EXIT_NOT_EXECUTABLE =>
+        {
+            Exit::ExecFailed { code, message }
+        }
+        (Some((_, message)), _) => {
+            return Err(Error::ContainerSetup {
+                id: cfg.id.clone(),
+                message,
+            })
+        }
+        (None, Waited::TimedOut) => Exit::TimedOut,
+        (None, Waited::Status(WaitStatus::Signaled(_, sig, _))) => Exit::Signaled(sig as i32),
+        (None, Waited::Status(WaitStatus::Exited(_, code))) => Exit::Code(code),
+        (None, Waited::Status(other)) => {
+            return Err(Error::ContainerSetup {
+                id: cfg.id.clone(),
+                message: format!("unexpected wait status {other:?} of {pid}"),
+            })
+        }
+    };
+    if cfg.keep {
+        if let Some(dir) = &cleanup.state {
+            if let Ok(mut st) = state::load(dir.path()) {
+                st.status = Status::Stopped;
+                st.exit_code = Some(exit.code() as i32);
+                dir.save(&st)?;
+            }
+        }
+    }
+    cleanup.finish()?;
+    let spawn = exec_at.saturating_duration_since(t0).saturating_sub(mount);
+    Ok(RunReport {
+        exit,
+        timings: Timings {
+            mount,
+            spawn,
+            run: exited.saturating_duration_since(exec_at),
+            cleanup: exited.elapsed(),
+        },
+    })
+}
+
+enum Waited {
+    Status(WaitStatus),
+    TimedOut,
+}
+
+/// Polls until PID 1 exits; returns how, what the sync pipe said and when exec happened.
+fn wait_loop(
+    cfg: &ContainerConfig,
+    pid: nix::unistd::Pid,
+    pidfd: &OwnedFd,
+    sigfd: &nix::sys::signalfd::SignalFd,
+    sync_r: OwnedFd,
+    master: Option<&OwnedFd>,
+    spawned: Instant,
+) -> Result<(Waited, spawn::SyncReport, Option<Instant>)> {
+    let deadline = cfg.timeout.map(|t| spawned + t);
+    let mut sync = Some(sync_r);
+    let mut sync_bytes = Vec::new();
+    let mut exec_at = None;
+    let mut timed_out = false;
+    let mut stdin_open = cfg.interactive && master.is_some();
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut master_open = master.is_some();
+    loop {
+        let timeout = match deadline {
+            Some(d) if !timed_out => {
+                let left = d.saturating_duration_since(Instant::now());
+                PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32 + 1)
+                    .unwrap_or(PollTimeout::MAX)
+            }
+            _ => PollTimeout::NONE,
+        };
+        let mut fds = vec![
+            PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
+            PollFd::new(sigfd.as_fd(), PollFlags::POLLIN),
+        ];
+        let sync_idx = sync.as_ref().map(|s| {
+            fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
+            fds.len() - 1
+        });
+        let master_idx = master.filter(|_| master_open).map(|m| {
+            fds.push(PollFd::new(m.as_fd(), PollFlags::POLLIN));
+            fds.len() - 1
+        });
+        let stdin_idx = stdin_open.then(|| {
+            fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
+            fds.len() - 1
+        });
+        match nix::poll::poll(&mut fds, timeout) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(Error::io("poll for", &cfg.id, e.into())),
+        }
+        let ready = |i: usize| fds[i].revents().is_some_and(|r| !r.is_empty());
+        let exited = ready(0);
+        let sig_ready = ready(1);
+        let sync_ready = sync_idx.is_some_and(ready);
+        let master_ready = master_idx.is_some_and(ready);
+        let stdin_ready = stdin_idx.is_some_and(ready);
+        drop(fds);
+
+        if sync_ready {
+            if let Some(s) = &sync {
+                match nix::unistd::read(s.as_raw_fd(), &mut buf) {
+                    Ok(0) | Err(_) => {
+                        sync = None;
+                        exec_at = Some(Instant::now());
+                    }
+                    // The child writes a few short lines; cap what we keep.
+                    Ok(n) if sync_bytes.len() < 64 * 1024 => {
+                        sync_bytes.extend_from_slice(&buf[..n])
+                    }
+                    Ok(_) => {}
+                }
+            }
+        }
+        if sig_ready {
+            for sig in signals::drain(sigfd) {
+                match (sig, master) {
+                    (Signal::SIGCHLD, _) => {}
+                    (Signal::SIGWINCH, Some(m)) => pty::copy_window_size(stdin.as_fd(), m.as_fd()),
+                    (sig, _) => {
+                        let _ = kill(pid, sig);
+                    }
+                }
+            }
+        }
+        if master_ready {
+            if let Some(m) = master {
+                match pty::pump(m.as_fd(), stdout.as_fd(), &mut buf) {
+                    Ok(0) | Err(_) => master_open = false,
+                    Ok(_) => {}
+                }
+            }
+        }
+        if stdin_ready {
+            if let Some(m) = master {
+                match pty::pump(stdin.as_fd(), m.as_fd(), &mut buf) {
+                    Ok(0) | Err(_) => stdin_open = false,
+                    Ok(_) => {}
+                }
+            }
+        }
+        if exited {
+            if let Some(m) = master.filter(|_| master_open) {
+                drain_master(m, &stdout, &mut buf);
+            }
+            if let Some(s) = sync.take() {
+                // The child is gone: whatever it wrote is complete.
+                while let Ok(n @ 1..) = nix::unistd::read(s.as_raw_fd(), &mut buf) {
+                    sync_bytes.extend_from_slice(&buf[..n]);
+                }
+            }
+            let status =
+                waitpid(pid, None).map_err(|e| Error::io("wait for", &cfg.id, e.into()))?;
+            let waited = if timed_out {
+                Waited::TimedOut
+            } else {
+                Waited::Status(status)
+            };
+            return Ok((waited, spawn::parse_sync(&sync_bytes), exec_at));
+        }
+        if let Some(d) = deadline {
+            if !timed_out && Instant::now() >= d {
+                timed_out = true;
+                // Killing PID 1 of a pid namespace kills everything in it.
+                let _ = kill(pid, Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+fn drain_master(master: &OwnedFd, stdout: &std::io::Stdout, buf: &mut [u8]) {
+    let flags = nix::fcntl::fcntl(master.as_raw_fd(), nix::fcntl::FcntlArg::F_GETFL).unwrap_or(0);
+    let nonblock = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
+    let _ = nix::fcntl::fcntl(master.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(nonblock));
+    while let Ok(1..) = pty::pump(master.as_fd(), stdout.as_fd(), buf) {}
+}
+
+/// A fresh random container id (64 hex digits, like docker's).
+pub fn new_id() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The image dir of a `--rootfs` run must exist and be a directory.
+pub fn check_rootfs_dir(dir: &Path) -> Result<PathBuf> {
+    let abs = std::fs::canonicalize(dir).map_err(|e| Error::io("resolve rootfs", dir, e))?;
+    if !abs.is_dir() {
+        return Err(Error::io(
+            "use rootfs",
+            dir,
+            std::io::Error::from(std::io::ErrorKind::NotADirectory),
+        ));
+    }
+    Ok(abs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_follow_docker() {
+        assert_eq!(Exit::Code(3).code(), 3);
+        assert_eq!(Exit::Code(256 + 4).code(), 4);
+        assert_eq!(Exit::Signaled(9).code(), 137);
+        assert_eq!(Exit::TimedOut.code(), 124);
+        assert_eq!(
+            Exit::ExecFailed {
+                code: 127,
+                message: String::new()
+            }
+            .code(),
+            127
+        );
+    }
+
+    #[test]
+    fn ids_are_64_hex_digits_and_distinct() {
+        let (a, b) = (new_id(), new_id());
+        assert_eq!(a.len(), 64);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+}

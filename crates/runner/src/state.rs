@@ -1,0 +1,236 @@
+//! Container state on disk, one directory per container:
+//!
+//! ```text
+//! <state>/<id>/            flock(LOCK_EX) held by the runbox that runs it
+//!     state.json           id, pid, pid start time, image, rootfs, created, status
+//!     hosts hostname resolv.conf   bind-mounted into the container
+//! ```
+//!
+//! `state.json` is replaced atomically (write a temporary file, rename).
+//! A directory whose lock can be taken while its status says `running` was
+//! left by a runbox that died (SIGKILL): [`reap_stale`] removes it together
+//! with its writable layer. Writable layers being deleted are first renamed to
+//! `containers/.trash-<id>` so a half-deleted layer is never mistaken for a
+//! live one and the next run can finish the job.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Largest state.json we read back (it is a few hundred bytes).
+const MAX_STATE_JSON: u64 = 64 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Created,
+    Running,
+    Stopped,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerState {
+    pub id: String,
+    pub pid: i32,
+    /// Start time of `pid` in clock ticks since boot (field 22 of /proc/PID/stat),
+    /// to tell the container's process from a later one that reused the pid.
+    pub pid_start_time: u64,
+    pub image: String,
+    pub rootfs: PathBuf,
+    /// RFC 3339.
+    pub created: String,
+    pub status: Status,
+    /// Exit code once stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+}
+
+/// A container's state directory, locked for as long as this value lives.
+#[derive(Debug)]
+pub struct StateDir {
+    path: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl StateDir {
+    /// Creates and locks `<root>/<id>`.
+    pub fn create(root: &Path, id: &str) -> Result<StateDir> {
+        std::fs::create_dir_all(root).map_err(|e| Error::io("create state directory", root, e))?;
+        let path = root.join(id);
+        std::fs::create_dir(&path).map_err(|e| Error::io("create state directory", &path, e))?;
+        let dir = File::open(&path).map_err(|e| Error::io("open state directory", &path, e))?;
+        let lock = Flock::lock(dir, FlockArg::LockExclusiveNonblock)
+            .map_err(|(_, e)| Error::io("lock state directory", &path, e.into()))?;
+        Ok(StateDir { path, _lock: lock })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes `name` in the directory (the /etc files).
+    pub fn write_file(&self, name: &str, content: &[u8]) -> Result<PathBuf> {
+        let p = self.path.join(name);
+        std::fs::write(&p, content).map_err(|e| Error::io("write", &p, e))?;
+        Ok(p)
+    }
+
+    /// Replaces state.json atomically.
+    pub fn save(&self, state: &ContainerState) -> Result<()> {
+        let tmp = self.path.join(".state.json.tmp");
+        let dst = self.path.join("state.json");
+        let json =
+            serde_json::to_vec_pretty(state).map_err(|e| Error::io("encode", &dst, e.into()))?;
+        let mut f = File::create(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
+        f.write_all(&json)
+            .map_err(|e| Error::io("write", &tmp, e))?;
+        std::fs::rename(&tmp, &dst).map_err(|e| Error::io("rename into place", &dst, e))
+    }
+
+    /// Deletes the directory (and releases the lock).
+    pub fn remove(self) -> Result<()> {
+        std::fs::remove_dir_all(&self.path)
+            .map_err(|e| Error::io("remove state directory", &self.path, e))
+    }
+}
+
+/// Reads `<dir>/state.json`.
+pub fn load(dir: &Path) -> Result<ContainerState> {
+    use std::io::Read;
+    let p = dir.join("state.json");
+    let f = File::open(&p).map_err(|e| Error::io("open", &p, e))?;
+    let mut buf = Vec::new();
+    f.take(MAX_STATE_JSON)
+        .read_to_end(&mut buf)
+        .map_err(|e| Error::io("read", &p, e))?;
+    serde_json::from_slice(&buf).map_err(|e| Error::InvalidFile {
+        what: "container state",
+        path: p,
+        reason: e.to_string(),
+    })
+}
+
+/// Start time of `pid` in clock ticks since boot, `None` if it is gone.
+pub fn pid_start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields follow the last `)`.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// True when the process recorded in `state` still runs.
+pub fn is_alive(state: &ContainerState) -> bool {
+    state.pid > 0 && pid_start_time(state.pid) == Some(state.pid_start_time)
+}
+
+/// Renames a writable layer to `.trash-<id>` and deletes it.
+pub fn discard_layer(containers_dir: &Path, id: &str) -> Result<()> {
+    let dir = containers_dir.join(id);
+    let trash = containers_dir.join(format!(".trash-{id}"));
+    match std::fs::rename(&dir, &trash) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("move to trash", &dir, e)),
+    }
+    std::fs::remove_dir_all(&trash).map_err(|e| Error::io("remove", &trash, e))
+}
+
+/// Removes what SIGKILLed runs left: unlocked `running`/`created` state dirs
+/// whose process is gone (and their writable layers), and `.trash-*` dirs.
+/// Returns the ids reaped. Errors are skipped: this is best effort.
+pub fn reap_stale(state_root: &Path, containers_dir: &Path) -> Vec<String> {
+    let mut reaped = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(state_root) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(dir) = File::open(&path) else { continue };
+            // Locked: a live runbox owns it.
+            let Ok(lock) = Flock::lock(dir, FlockArg::LockExclusiveNonblock) else {
+                continue;
+            };
+            let stale = match load(&path) {
+                Ok(st) => st.status != Status::Stopped && !is_alive(&st),
+                // No state.json: died between mkdir and the first save.
+                Err(_) => true,
+            };
+            if stale {
+                let id = entry.file_name().to_string_lossy().into_owned();
+                let _ = discard_layer(containers_dir, &id);
+                let _ = std::fs::remove_dir_all(&path);
+                reaped.push(id);
+            }
+            drop(lock);
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(containers_dir) {
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(".trash-") {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    reaped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(id: &str, pid: i32, start: u64, status: Status) -> ContainerState {
+        ContainerState {
+            id: id.into(),
+            pid,
+            pid_start_time: start,
+            image: "img".into(),
+            rootfs: "/r".into(),
+            created: "2024-01-01T00:00:00Z".into(),
+            status,
+            exit_code: None,
+        }
+    }
+
+    #[test]
+    fn save_load_roundtrip_and_lock_is_exclusive() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::create(tmp.path(), "c1").unwrap();
+        let st = state("c1", 1, 2, Status::Running);
+        dir.save(&st).unwrap();
+        assert_eq!(load(dir.path()).unwrap(), st);
+        let f = File::open(dir.path()).unwrap();
+        assert!(Flock::lock(f, FlockArg::LockExclusiveNonblock).is_err());
+        dir.remove().unwrap();
+        assert!(!tmp.path().join("c1").exists());
+    }
+
+    #[test]
+    fn own_pid_is_alive_and_stale_dirs_are_reaped() {
+        let me = std::process::id() as i32;
+        let start = pid_start_time(me).unwrap();
+        assert!(is_alive(&state("x", me, start, Status::Running)));
+        assert!(!is_alive(&state("x", me, start + 1, Status::Running)));
+
+        let tmp = tempfile::tempdir().unwrap();
+        let (root, layers) = (tmp.path().join("state"), tmp.path().join("containers"));
+        std::fs::create_dir_all(layers.join("dead/upper/a")).unwrap();
+        std::fs::create_dir_all(layers.join(".trash-old/x")).unwrap();
+        std::fs::create_dir_all(layers.join("kept")).unwrap();
+        for (id, st) in [
+            ("dead", state("dead", me, start + 1, Status::Running)),
+            ("kept", state("kept", me, start + 1, Status::Stopped)),
+        ] {
+            let d = StateDir::create(&root, id).unwrap();
+            d.save(&st).unwrap();
+        }
+        let live = StateDir::create(&root, "live").unwrap();
+        assert_eq!(reap_stale(&root, &layers), vec!["dead".to_string()]);
+        assert!(!root.join("dead").exists() && !layers.join("dead").exists());
+        assert!(!layers.join(".trash-old").exists());
+        assert!(root.join("kept").exists() && layers.join("kept").exists());
+        assert!(live.path().exists());
+    }
+}

@@ -1,0 +1,317 @@
+//! The only place in runbox with `unsafe`: thin wrappers over the system calls
+//! that neither `nix` nor `std` expose safely (clone3 with namespace flags,
+//! fork, `_exit`, capset, the capability prctls, seccomp, terminal ioctls,
+//! bringing `lo` up). Each wrapper returns `nix::Result` so callers attach the
+//! operation and path to the error; nothing here decides policy.
+#![allow(unsafe_code)]
+
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::errno::Errno;
+use nix::pty::Winsize;
+use nix::sched::CloneFlags;
+use nix::unistd::Pid;
+
+/// Which side of a fork-like call we are on.
+#[derive(Debug)]
+pub enum Forked {
+    Child,
+    Parent { pid: Pid, pidfd: Option<OwnedFd> },
+}
+
+// The kernel's `struct clone_args` (v0, 64 bytes + set_tid/cgroup = 88 bytes).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// fork(2)-like clone into new namespaces: the child continues on a copy of
+/// the caller's stack, like fork. Returns a pidfd for the child in the parent.
+/// Must be called while the process is single-threaded (runbox never starts
+/// threads before this), for the same reasons as fork.
+pub fn clone_into(namespaces: CloneFlags) -> nix::Result<Forked> {
+    let mut pidfd: RawFd = -1;
+    let args = CloneArgs {
+        flags: namespaces.bits() as u64 | libc::CLONE_PIDFD as u64,
+        pidfd: &mut pidfd as *mut RawFd as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: `args` is a valid clone_args of the size passed; stack 0 means
+    // the child runs on a copy-on-write copy of our stack, like fork(2), so
+    // Rust's memory model holds in both processes (single-threaded caller).
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    match ret {
+        -1 => Err(Errno::last()),
+        0 => Ok(Forked::Child),
+        pid => Ok(Forked::Parent {
+            pid: Pid::from_raw(pid as i32),
+            // SAFETY: the kernel stored a fresh pidfd we now own.
+            pidfd: (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd) }),
+        }),
+    }
+}
+
+/// Plain fork(2), used by `--init` inside the container.
+pub fn fork() -> nix::Result<Forked> {
+    // SAFETY: the caller (the container's PID 1) is single-threaded.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Child => Ok(Forked::Child),
+        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent {
+            pid: child,
+            pidfd: None,
+        }),
+    }
+}
+
+/// Leaves the process at once without running exit handlers or destructors
+/// (they belong to the parent's copy of the state).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit has no preconditions and never returns.
+    unsafe { libc::_exit(code) }
+}
+
+/// Makes `fd` (a terminal) the controlling terminal of this session.
+pub fn set_controlling_tty(fd: BorrowedFd<'_>) -> nix::Result<()> {
+    // SAFETY: TIOCSCTTY takes an int argument, no memory is passed.
+    Errno::result(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSCTTY, 0) }).map(drop)
+}
+
+/// The window size of terminal `fd`.
+pub fn window_size(fd: BorrowedFd<'_>) -> nix::Result<Winsize> {
+    let mut ws = Winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one struct winsize into `ws`.
+    Errno::result(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) })?;
+    Ok(ws)
+}
+
+/// Sets the window size of terminal `fd`.
+pub fn set_window_size(fd: BorrowedFd<'_>, ws: &Winsize) -> nix::Result<()> {
+    // SAFETY: TIOCSWINSZ reads one struct winsize from `ws`.
+    Errno::result(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, ws) }).map(drop)
+}
+
+/// Drops capability `cap` from the bounding set.
+pub fn cap_bound_drop(cap: u32) -> nix::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    Errno::result(unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) })
+        .map(drop)
+}
+
+/// Clears the ambient set, then raises each capability in `caps`.
+pub fn set_ambient(caps: &[u32]) -> nix::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    Errno::result(unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    })?;
+    for &cap in caps {
+        // SAFETY: as above.
+        Errno::result(unsafe {
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
+                cap as libc::c_ulong,
+                0,
+                0,
+            )
+        })?;
+    }
+    Ok(())
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Sets this thread's effective, permitted and inheritable sets (bit N = capability N).
+pub fn capset(effective: u64, permitted: u64, inheritable: u64) -> nix::Result<()> {
+    let header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let lo = |v: u64| v as u32;
+    let hi = |v: u64| (v >> 32) as u32;
+    let data = [
+        CapData {
+            effective: lo(effective),
+            permitted: lo(permitted),
+            inheritable: lo(inheritable),
+        },
+        CapData {
+            effective: hi(effective),
+            permitted: hi(permitted),
+            inheritable: hi(inheritable),
+        },
+    ];
+    // SAFETY: version 3 capset reads one header and two data structs.
+    Errno::result(unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) }).map(drop)
+}
+
+/// Installs a seccomp filter for this thread (and its future children) with
+/// `SECCOMP_FILTER_FLAG_*` `flags`. Needs no_new_privs or CAP_SYS_ADMIN.
+pub fn seccomp_load(filter: &[libc::sock_filter], flags: u32) -> nix::Result<()> {
+    const SECCOMP_SET_MODE_FILTER: libc::c_ulong = 1;
+    let len = u16::try_from(filter.len()).map_err(|_| Errno::E2BIG)?;
+    let prog = libc::sock_fprog {
+        len,
+        filter: filter.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: `prog` points at `len` valid instructions that outlive the call;
+    // the kernel copies them.
+    Errno::result(unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            SECCOMP_SET_MODE_FILTER,
+            flags as libc::c_ulong,
+            &prog as *const libc::sock_fprog,
+        )
+    })
+    .map(drop)
+}
+
+/// Brings the loopback interface of the current network namespace up.
+pub fn loopback_up() -> nix::Result<()> {
+    // SAFETY: socket() has no memory arguments; the result is checked.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    Errno::result(raw)?;
+    // SAFETY: `raw` is a fresh descriptor we own.
+    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: an all-zero ifreq is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads the name and writes ifru_flags of `req`.
+    Errno::result(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) })?;
+    // SAFETY: the union field was just written by the kernel as flags.
+    unsafe { req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
+    // SAFETY: SIOCSIFFLAGS reads the name and flags from `req`.
+    Errno::result(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) }).map(drop)
+}
+
+/// Marks every descriptor from `first` up close-on-exec, so nothing the
+/// caller of runbox leaked reaches the container.
+pub fn cloexec_from(first: u32) -> nix::Result<()> {
+    // SAFETY: close_range with integer arguments only.
+    Errno::result(unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    })
+    .map(drop)
+}
+
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// A detached copy of the mount tree at `path` (a bind mount not yet
+/// attached anywhere), optionally read-only. Taken before pivot_root so host
+/// paths can be attached inside the container afterwards.
+pub fn open_tree_clone(
+    path: &std::ffi::CStr,
+    recursive: bool,
+    readonly: bool,
+) -> nix::Result<OwnedFd> {
+    let mut flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint;
+    if recursive {
+        flags |= AT_RECURSIVE;
+    }
+    // SAFETY: `path` is a valid NUL-terminated string for the call's duration.
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) };
+    let fd = Errno::result(fd)? as RawFd;
+    // SAFETY: the kernel returned a fresh descriptor we now own.
+    let tree = unsafe { OwnedFd::from_raw_fd(fd) };
+    if readonly {
+        let attr = MountAttr {
+            attr_set: MOUNT_ATTR_RDONLY,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        let empty = c"";
+        let at_flags =
+            libc::AT_EMPTY_PATH as libc::c_uint | if recursive { AT_RECURSIVE } else { 0 };
+        // SAFETY: `attr` is a valid mount_attr of the size passed; `empty` is NUL-terminated.
+        Errno::result(unsafe {
+            libc::syscall(
+                libc::SYS_mount_setattr,
+                tree.as_raw_fd(),
+                empty.as_ptr(),
+                at_flags,
+                &attr as *const MountAttr,
+                std::mem::size_of::<MountAttr>(),
+            )
+        })?;
+    }
+    Ok(tree)
+}
+
+/// Attaches a detached tree from [`open_tree_clone`] at `dest`.
+pub fn move_mount_to(tree: BorrowedFd<'_>, dest: &std::ffi::CStr) -> nix::Result<()> {
+    let empty = c"";
+    // SAFETY: both paths are valid NUL-terminated strings for the call's duration.
+    Errno::result(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            dest.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    })
+    .map(drop)
+}
