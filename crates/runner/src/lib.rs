@@ -6,6 +6,7 @@
 //! ```text
 //! spec          image config + RunConfig -> oci_spec::runtime::Spec (pure)
 //! user          /etc/passwd and /etc/group parsing, USER[:GROUP] resolution (pure)
+//! env           docker's environment merge, --env-file, -e KEY from the host (pure)
 //! capabilities  docker's default set, --cap-add/--cap-drop, --privileged (pure)
 //! seccomp       docker's default profile, profile loading, BPF compile + cache
 //! rootfs        mount plan applied inside the new mount namespace
@@ -23,6 +24,8 @@ pub mod error;
 pub mod spec;
 
 pub mod user;
+
+pub mod env;
 
 pub mod capabilities;
 
