@@ -39,6 +39,10 @@ mod oci;
 mod select;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_malformed;
+#[cfg(test)]
+mod tests_real;
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};

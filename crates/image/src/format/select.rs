@@ -216,6 +216,11 @@ pub(crate) fn choose<'a>(
         return Ok(exact);
     }
     match fitting.first() {
+        // Two different entries for the same platform are two images.
+        Some(c) if fitting.iter().any(|o| o.top != c.top && o.platform == c.platform) => Err(err(format!(
+            "holds several images for {platform}, select one with PATH:NAME[:TAG] or PATH@INDEX: {}",
+            listing(&fitting)
+        ))),
         Some(c) => Ok(c),
         None => {
             let available: Vec<String> = picked
