@@ -10,6 +10,7 @@
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
+use std::sync::Arc;
 
 use rustix::fs::Timespec;
 use rustix::fs::{
@@ -218,10 +219,10 @@ pub(crate) fn list_dir(fd: BorrowedFd<'_>, path: &[u8]) -> Result<Vec<Vec<u8>>, 
 
 /// The root directory fd plus the cached parent directory of the last entry.
 pub(crate) struct Tree {
-    root: OwnedFd,
+    root: Arc<OwnedFd>,
     cache_path: Vec<u8>,
-    /// None: the cached parent is the root itself.
-    cache_fd: Option<OwnedFd>,
+    /// Shared with writer threads that create files in it.
+    cache_fd: Arc<OwnedFd>,
     openat2: bool,
 }
 
@@ -234,10 +235,11 @@ impl Tree {
             Err(Errno::NOSYS | Errno::INVAL | Errno::PERM) => false,
             Err(e) => return Err(e.into()),
         };
+        let root = Arc::new(root);
         Ok(Tree {
+            cache_fd: Arc::clone(&root),
             root,
             cache_path: Vec::new(),
-            cache_fd: None,
             openat2,
         })
     }
@@ -248,9 +250,15 @@ impl Tree {
 
     /// The fd of the cached parent (see `enter`).
     pub(crate) fn parent(&self) -> BorrowedFd<'_> {
-        self.cache_fd
-            .as_ref()
-            .map_or(self.root.as_fd(), |f| f.as_fd())
+        self.cache_fd.as_fd()
+    }
+
+    pub(crate) fn parent_shared(&self) -> Arc<OwnedFd> {
+        Arc::clone(&self.cache_fd)
+    }
+
+    pub(crate) fn is_cached(&self, dir: &[u8]) -> bool {
+        self.cache_path == dir
     }
 
     /// Makes `dir` the cached parent. Missing directories are created (0755)
@@ -272,25 +280,28 @@ impl Tree {
         Ok(true)
     }
 
-    /// Caches a directory fd just opened for `path` (a directory entry).
+    /// Caches a directory fd just opened for `path` (None: the root).
     pub(crate) fn set_cache(&mut self, path: &[u8], fd: Option<OwnedFd>) {
         self.cache_path.clear();
         self.cache_path.extend_from_slice(path);
-        self.cache_fd = fd;
+        self.cache_fd = match fd {
+            Some(fd) => Arc::new(fd),
+            None => Arc::clone(&self.root),
+        };
     }
 
     /// Opens an existing directory beneath the root; Ok(None) if it is
     /// missing; an error if any component is a symlink or not a directory.
     pub(crate) fn open_dir(&self, dir: &[u8]) -> Result<Option<OwnedFd>, FsError> {
         if dir.is_empty() {
-            return rfs::openat(&self.root, ".", DIR_FLAGS, Mode::empty())
+            return rfs::openat(&*self.root, ".", DIR_FLAGS, Mode::empty())
                 .map(Some)
                 .map_err(|e| sys("open directory", dir, e));
         }
         let r = if self.openat2 {
             let mut tries = 0;
             loop {
-                match rfs::openat2(&self.root, dir, DIR_FLAGS, Mode::empty(), resolve_flags()) {
+                match rfs::openat2(&*self.root, dir, DIR_FLAGS, Mode::empty(), resolve_flags()) {
                     // EAGAIN: a concurrent rename somewhere; retry a few times.
                     Err(Errno::AGAIN) if tries < 16 => tries += 1,
                     r => break r,
@@ -310,7 +321,7 @@ impl Tree {
     /// O_NOFOLLOW|O_DIRECTORY reports a symlink as ENOTDIR: find the
     /// offending component to say which it is (error path only).
     fn explain_not_dir(&self, dir: &[u8]) -> FsError {
-        let mut cur = match rfs::openat(&self.root, ".", DIR_FLAGS, Mode::empty()) {
+        let mut cur = match rfs::openat(&*self.root, ".", DIR_FLAGS, Mode::empty()) {
             Ok(fd) => fd,
             Err(e) => return sys("open directory", dir, e),
         };
@@ -340,7 +351,7 @@ impl Tree {
     /// Component-by-component open with O_NOFOLLOW, creating missing
     /// directories when `create`.
     fn walk(&self, dir: &[u8], create: bool) -> Result<OwnedFd, Errno> {
-        let mut cur = rfs::openat(&self.root, ".", DIR_FLAGS, Mode::empty())?;
+        let mut cur = rfs::openat(&*self.root, ".", DIR_FLAGS, Mode::empty())?;
         for comp in dir.split(|&b| b == b'/') {
             cur = match rfs::openat(&cur, comp, DIR_FLAGS, Mode::empty()) {
                 Ok(fd) => fd,

@@ -20,6 +20,7 @@ mod archive;
 mod fsops;
 mod sparse;
 mod whiteout;
+mod writer;
 
 #[cfg(test)]
 mod tests;
@@ -55,18 +56,25 @@ impl UnpackStats {
     }
 }
 
-/// How entries are applied.
+/// How entries are applied. Start from `default()` and set fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct UnpackOptions {
     /// Give entries the owners recorded in the layer (needs root or
     /// CAP_CHOWN). Default: true when running as root.
     pub same_owner: bool,
+    /// Threads that create small regular files while the stream is parsed;
+    /// 0 writes everything on the calling thread. Default: 2 when the
+    /// machine has at least 2 CPUs, else 0.
+    pub writer_threads: usize,
 }
 
 impl Default for UnpackOptions {
     fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         UnpackOptions {
             same_owner: nix::unistd::geteuid().is_root(),
+            writer_threads: if cpus >= 2 { 2 } else { 0 },
         }
     }
 }
@@ -77,6 +85,8 @@ pub struct Unpacker {
     /// Directory -> mtime, applied in `finish` (later layers overwrite).
     dir_times: HashMap<Vec<u8>, (i64, u32)>,
     totals: UnpackStats,
+    /// Started with the first layer when `writer_threads > 0`.
+    pool: Option<writer::Pool>,
 }
 
 /// An entry failure before it is tagged with the layer number.
@@ -113,6 +123,7 @@ impl Unpacker {
             opts,
             dir_times: HashMap::new(),
             totals: UnpackStats::default(),
+            pool: None,
         })
     }
 
@@ -120,7 +131,17 @@ impl Unpacker {
         let mut tar = TarStream::new(reader);
         let mut created: HashSet<Vec<u8>> = HashSet::new();
         let mut stats = UnpackStats::default();
-        let r = self.apply_entries(&mut tar, &mut created, &mut stats);
+        if self.pool.is_none() && self.opts.writer_threads > 0 {
+            let pool = writer::Pool::new(self.opts.writer_threads)
+                .ctx("start unpack writer threads", PathBuf::new())?;
+            self.pool = Some(pool);
+        }
+        let mut r = self.apply_entries(&mut tar, &mut created, &mut stats);
+        // Queued files belong to this layer: wait for them (and their errors).
+        let flushed = self.flush();
+        if r.is_ok() {
+            r = flushed;
+        }
         // The cached parent may be stale for the next layer's whiteouts.
         self.tree.set_cache(b"", None);
         match r {
@@ -171,6 +192,24 @@ impl Unpacker {
         Ok(self.totals)
     }
 
+    /// Waits for the writer threads to finish every queued file.
+    fn flush(&mut self) -> std::result::Result<(), EntryFail> {
+        match &mut self.pool {
+            Some(p) => p
+                .flush()
+                .map_err(|(entry, reason)| EntryFail { entry, reason }),
+            None => Ok(()),
+        }
+    }
+
+    /// Flushes when `path` is queued or lies above something queued.
+    fn flush_if_pending(&mut self, path: &[u8]) -> std::result::Result<(), EntryFail> {
+        if self.pool.as_ref().is_some_and(|p| p.is_pending(path)) {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
     fn apply_entries<R: Read>(
         &mut self,
         tar: &mut TarStream<R>,
@@ -181,13 +220,18 @@ impl Unpacker {
             let path = whiteout::normalize(&entry.path).map_err(|r| fail(&entry, r))?;
             match whiteout::classify(&path).map_err(|r| fail(&entry, r))? {
                 Class::AufsMeta => {}
-                Class::Whiteout { dir, name } => self
-                    .whiteout(dir, Some(name), created)
-                    .map_err(|e| fail(&entry, e.0))?,
-                Class::Opaque { dir } => self
-                    .whiteout(dir, None, created)
-                    .map_err(|e| fail(&entry, e.0))?,
+                Class::Whiteout { dir, name } => {
+                    self.flush()?;
+                    self.whiteout(dir, Some(name), created)
+                        .map_err(|e| fail(&entry, e.0))?
+                }
+                Class::Opaque { dir } => {
+                    self.flush()?;
+                    self.whiteout(dir, None, created)
+                        .map_err(|e| fail(&entry, e.0))?
+                }
                 Class::Plain => {
+                    self.flush_if_pending(&path)?;
                     self.apply_plain(tar, &entry, &path, stats)?;
                     created.insert(path);
                 }
@@ -253,7 +297,17 @@ impl Unpacker {
             return Ok(());
         }
         let (dir, name) = whiteout::split_parent(path);
+        if !self.tree.is_cached(dir) && self.pool.as_ref().is_some_and(|p| p.blocks_dir(dir)) {
+            self.flush()?;
+        }
         self.tree.enter(dir, true).map_err(err)?;
+        if entry.kind == Kind::File
+            && entry.sparse.is_none()
+            && tar.remaining() <= writer::MAX_POOLED_FILE
+            && self.pool.is_some()
+        {
+            return self.submit_file(tar, entry, path, name, stats);
+        }
         let parent = self.tree.parent();
         match entry.kind {
             Kind::File => {
@@ -295,6 +349,49 @@ impl Unpacker {
         Ok(())
     }
 
+    /// Hands a small file to the writer threads (its data copied out of the
+    /// read buffer; the queue bounds how much waits).
+    fn submit_file<R: Read>(
+        &mut self,
+        tar: &mut TarStream<R>,
+        entry: &Entry,
+        path: &[u8],
+        name: &[u8],
+        stats: &mut UnpackStats,
+    ) -> std::result::Result<(), EntryFail> {
+        let mut data = Vec::with_capacity(usize::try_from(tar.remaining()).unwrap_or(0));
+        loop {
+            let buf = tar.data()?;
+            if buf.is_empty() {
+                break;
+            }
+            let n = buf.len();
+            data.extend_from_slice(buf);
+            tar.consume(n);
+        }
+        stats.entries += 1;
+        stats.files += 1;
+        stats.bytes += data.len() as u64;
+        let job = writer::Job {
+            dir: self.tree.parent_shared(),
+            name: name.to_vec(),
+            path: path.to_vec(),
+            entry: String::from_utf8_lossy(&entry.path).into_owned(),
+            data,
+            uid: entry.uid,
+            gid: entry.gid,
+            mode: entry.mode,
+            mtime: entry.mtime,
+            xattrs: entry.xattrs.clone(),
+            chown: self.opts.same_owner,
+        };
+        let Some(pool) = self.pool.as_mut() else {
+            return Err(fail(entry, "writer pool vanished"));
+        };
+        pool.submit(job)
+            .map_err(|(entry, reason)| EntryFail { entry, reason })
+    }
+
     /// A hard link to a path beneath the root (possibly from a lower layer).
     fn hardlink(
         &mut self,
@@ -312,6 +409,7 @@ impl Unpacker {
         if target == path {
             return Ok(());
         }
+        self.flush_if_pending(&target)?;
         let (tdir, tname) = whiteout::split_parent(&target);
         let missing = || {
             fail(

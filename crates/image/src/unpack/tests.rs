@@ -117,18 +117,73 @@ impl Unpacked {
     }
 }
 
-fn unpack(layers: &[Vec<u8>]) -> (Unpacked, Result<UnpackStats>) {
+fn unpack_with(layers: &[Vec<u8>], threads: usize) -> (Unpacked, Result<UnpackStats>) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("rootfs");
     fs::create_dir(&root).unwrap();
     let r = (|| {
-        let mut u = Unpacker::new(&root)?;
+        let opts = UnpackOptions {
+            writer_threads: threads,
+            ..Default::default()
+        };
+        let mut u = Unpacker::with_options(&root, opts)?;
         for (i, l) in layers.iter().enumerate() {
             u.apply_layer(&l[..], i + 1)?;
         }
         u.finish()
     })();
     (Unpacked { _dir: dir, root }, r)
+}
+
+/// Every file under `root`: path, type, mode, owner, size, link target,
+/// content and mtime (directories included).
+fn listing(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = fs::symlink_metadata(&p).unwrap();
+            let extra = if m.file_type().is_symlink() {
+                fs::read_link(&p).unwrap().display().to_string()
+            } else if m.is_file() {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                fs::read(&p).unwrap().hash(&mut h);
+                format!("{:x}", h.finish())
+            } else {
+                String::new()
+            };
+            out.push(format!(
+                "{} {:o} {}:{} {} {} {}",
+                p.strip_prefix(root).unwrap().display(),
+                m.mode(),
+                m.uid(),
+                m.gid(),
+                m.mtime(),
+                m.nlink(),
+                extra
+            ));
+            if m.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Unpacks with the writer pool and on the calling thread alone; both must
+/// agree (success and the resulting tree, or failure).
+fn unpack(layers: &[Vec<u8>]) -> (Unpacked, Result<UnpackStats>) {
+    let (inline, ri) = unpack_with(layers, 0);
+    let (pooled, rp) = unpack_with(layers, 2);
+    assert_eq!(ri.is_ok(), rp.is_ok(), "inline {ri:?} vs pooled {rp:?}");
+    if let (Ok(a), Ok(b)) = (&ri, &rp) {
+        assert_eq!(a, b);
+        assert_eq!(listing(&inline.root), listing(&pooled.root));
+    }
+    (pooled, rp)
 }
 
 fn unpack_ok(layers: &[Vec<u8>]) -> Unpacked {
@@ -845,4 +900,40 @@ fn empty_stream_and_permissions_of_root_entry() {
         0o711
     );
     assert_eq!(fs::metadata(&u.root).unwrap().mtime(), 42);
+}
+
+#[test]
+fn writer_pool_keeps_entry_order_semantics() {
+    let mut l1 = Layer::new()
+        .file("old/f", b"lower")
+        .file("swap", b"was file");
+    for i in 0..300 {
+        l1 = l1.file(
+            &format!("many/{}/f{i}", i % 7),
+            format!("content {i}").as_bytes(),
+        );
+    }
+    let l2 = Layer::new()
+        .file("p", b"one")
+        .file("p", b"two")
+        .hardlink("p-link", "p")
+        .file("q", b"a file first")
+        .dir("q", 0o755)
+        .file("q/inside", b"in")
+        .file("r", b"own")
+        .file(".wh.r", b"")
+        .file("old/f", b"upper")
+        .dir("swap", 0o700)
+        .file("swap/x", b"x")
+        .file("many/3/f3", b"replaced")
+        .build();
+    let u = unpack_ok(&[l1.build(), l2]);
+    assert_eq!(u.read("p"), "two");
+    assert_eq!(u.meta("p-link").ino(), u.meta("p").ino());
+    assert_eq!(u.read("q/inside"), "in");
+    assert_eq!(u.read("r"), "own");
+    assert_eq!(u.read("old/f"), "upper");
+    assert_eq!(u.read("swap/x"), "x");
+    assert_eq!(u.read("many/3/f3"), "replaced");
+    assert_eq!(u.read("many/5/f299"), "content 299");
 }
