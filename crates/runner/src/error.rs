@@ -49,6 +49,18 @@ pub enum Error {
     /// A seccomp profile could not be turned into a BPF program.
     #[error("seccomp: {0}")]
     Seccomp(String),
+    /// A cgroup could not be set up or torn down for a reason other than a
+    /// failed read (a controller missing, processes that would not die).
+    #[error("cgroup `{path}`: {reason}")]
+    Cgroup { path: PathBuf, reason: String },
+    /// Writing a value to a cgroup interface file failed.
+    #[error("failed to write `{value}` to `{path}`: {source}")]
+    CgroupWrite {
+        path: PathBuf,
+        value: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// The container process failed before exec; `message` names the phase and path.
     #[error("container {id}: {message}")]
     ContainerSetup { id: String, message: String },

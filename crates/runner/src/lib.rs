@@ -11,6 +11,7 @@
 //! seccomp       docker's default profile, profile loading, BPF compile + cache
 //! rootfs        mount plan applied inside the new mount namespace
 //! namespaces    unshare/clone flags and setns
+//! cgroups       resource limits: cgroup v1, v2 and hybrid hosts
 //! spawn         the one fork: parent/child sync, pid 1, wait
 //! exec          entering a running container
 //! state         container state directory on disk
@@ -34,6 +35,8 @@ pub mod seccomp;
 pub mod rootfs;
 
 pub mod namespaces;
+
+pub mod cgroups;
 
 pub mod spawn;
 
