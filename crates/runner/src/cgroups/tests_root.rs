@@ -248,6 +248,41 @@ fn fork_bomb_stops_at_the_pids_limit() {
 }
 
 #[test]
+fn cpu_hog_is_throttled_to_its_quota() {
+    if !have_root("cpu_hog_is_throttled_to_its_quota") {
+        return;
+    }
+    let id = unique_id("cpu");
+    // A tenth of a CPU: even on a loaded 2-core machine a busy loop gets
+    // more than that, so the quota, not the load, is what holds it back.
+    let limits = Limits {
+        cpus: Some(0.1),
+        ..Limits::default()
+    };
+    let cg = Cgroup::create(&id, &limits).unwrap();
+    let mut guard = Guard::of(&cg);
+    guard.children.push(held_shell(
+        "exec timeout 0.5 sh -c 'while :; do :; done'",
+        Stdio::null(),
+    ));
+    cg.add_process(pid_of(&guard.children[0])).unwrap();
+    release(&mut guard.children[0]);
+    let status = guard.children[0].wait().unwrap();
+    assert_eq!(status.code(), Some(124), "timeout ends the hog: {status:?}");
+    let stat = read(cg.paths()[0].join("cpu.stat"));
+    let throttled = flat_key(&stat, "nr_throttled").unwrap_or(0);
+    assert!(
+        throttled >= 2,
+        "the quota must have throttled the hog: {stat}"
+    );
+    if let Some(usage_us) = flat_key(&stat, "usage_usec") {
+        // v2 reports the usage itself: 10 ms per period plus one period's slack.
+        assert!(usage_us <= 160_000, "{stat}");
+    }
+    cg.remove().unwrap();
+}
+
+#[test]
 fn v2_mechanics_on_the_hosts_cgroup2() {
     if !have_root("v2_mechanics_on_the_hosts_cgroup2") {
         return;
