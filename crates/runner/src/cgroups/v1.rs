@@ -130,14 +130,12 @@ pub(super) fn open(layout: &CgroupLayout, id: &str) -> Option<Cgroup> {
     if dirs.is_empty() {
         return None;
     }
+    // The memory hierarchy has a dir for the container only if it had a limit.
     let memory_dir = layout
         .memory
         .as_ref()
         .map(|m| m.join(PARENT).join(id))
-        .filter(|d| {
-            // Only a limit makes the memory hierarchy's dir part of the container.
-            d.is_dir()
-        });
+        .filter(|d| d.is_dir());
     Some(Cgroup {
         id: id.to_owned(),
         mode: layout.mode,
