@@ -263,3 +263,63 @@ fn malformed_manifests_fail_at_resolve() {
         assert!(e.contains(want), "{name}: {e}");
     }
 }
+
+#[test]
+fn corrupt_compressed_layer_fails_read_and_finish() {
+    let fx = Fixture::new();
+    let l = layer(&[("f", &[4u8; 100_000][..])]);
+    let gz = gzip(&l);
+    let cut = gz[..gz.len() / 2].to_vec();
+    let mut oci = Oci::default();
+    let m = oci.image(
+        &[(
+            cut,
+            l.clone(),
+            "application/vnd.oci.image.layer.v1.tar+gzip",
+        )],
+        "amd64",
+    );
+    let input = fx
+        .open(&fx.file("cut.tar", &tar_of(&oci.entries(vec![m]))))
+        .unwrap();
+    let src = input
+        .resolve(&Selector::Only, &Platform::default())
+        .unwrap();
+    let mut r = input.open_layer(&src, 0).unwrap();
+    let e = r.read_to_end(&mut Vec::new()).unwrap_err().to_string();
+    assert!(
+        e.contains("layer 1: cannot read gzip layer `blobs/sha256/"),
+        "{e}"
+    );
+    let e = r.finish().unwrap_err();
+    assert!(matches!(e, Error::Layer { layer: 1, .. }), "{e}");
+}
+
+#[test]
+fn layer_links_that_leave_the_archive_are_refused() {
+    let fx = Fixture::new();
+    let a = layer(&[("a", b"a")]);
+    for (name, target, want) in [
+        (
+            "abs.tar",
+            "/etc/passwd",
+            "symlink to the absolute path `/etc/passwd`",
+        ),
+        (
+            "up.tar",
+            "../../../etc/passwd",
+            "symlink pointing outside the archive",
+        ),
+        ("loop.tar", "layer.tar", "levels of links"),
+    ] {
+        let mut entries = docker_legacy(&[(&["t:1"], &[&a])]);
+        let l = entries
+            .iter_mut()
+            .find(|(n, _)| n.ends_with("/layer.tar"))
+            .unwrap();
+        l.1 = E::Symlink(target.into());
+        let input = fx.open(&fx.file(name, &tar_of(&entries))).unwrap();
+        let e = err_text(input.resolve(&Selector::Only, &Platform::default()));
+        assert!(e.contains(want), "{name}: {e}");
+    }
+}
