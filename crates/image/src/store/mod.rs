@@ -245,7 +245,7 @@ impl Store {
                 Err(e) => return Err(e),
             }
         }
-        out.sort_by(|a, b| b.loaded.cmp(&a.loaded));
+        out.sort_by_key(|r| std::cmp::Reverse(r.loaded));
         Ok(out)
     }
 
