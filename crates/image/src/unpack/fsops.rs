@@ -51,6 +51,8 @@ pub(crate) struct Meta<'a> {
     pub mtime: (i64, u32),
     pub xattrs: &'a [(Vec<u8>, Vec<u8>)],
     pub chown: bool,
+    /// False when the create call already produced exactly `mode`.
+    pub chmod: bool,
 }
 
 impl Meta<'_> {
@@ -110,7 +112,9 @@ pub(crate) fn apply_meta_fd(
         let (u, g) = m.owner();
         rfs::fchown(fd, u, g).map_err(|e| sys("chown", path, e))?;
     }
-    rfs::fchmod(fd, Mode::from_raw_mode(m.mode)).map_err(|e| sys("chmod", path, e))?;
+    if m.chmod {
+        rfs::fchmod(fd, Mode::from_raw_mode(m.mode)).map_err(|e| sys("chmod", path, e))?;
+    }
     for (name, value) in m.xattrs.iter().filter(|(n, _)| xattr_allowed(n)) {
         let r = rfs::fsetxattr(fd, name.as_slice(), value, XattrFlags::empty());
         xattr_result(r, name, path)?;
@@ -223,6 +227,9 @@ pub(crate) struct Tree {
     cache_path: Vec<u8>,
     /// Shared with writer threads that create files in it.
     cache_fd: Arc<OwnedFd>,
+    /// New files in a setgid directory take its group, not ours.
+    cache_setgid: bool,
+    root_setgid: bool,
     openat2: bool,
 }
 
@@ -235,8 +242,11 @@ impl Tree {
             Err(Errno::NOSYS | Errno::INVAL | Errno::PERM) => false,
             Err(e) => return Err(e.into()),
         };
+        let root_setgid = rfs::fstat(&root)?.st_mode & 0o2000 != 0;
         let root = Arc::new(root);
         Ok(Tree {
+            cache_setgid: root_setgid,
+            root_setgid,
             cache_fd: Arc::clone(&root),
             root,
             cache_path: Vec::new(),
@@ -255,6 +265,22 @@ impl Tree {
 
     pub(crate) fn parent_shared(&self) -> Arc<OwnedFd> {
         Arc::clone(&self.cache_fd)
+    }
+
+    pub(crate) fn root_setgid(&self) -> bool {
+        self.root_setgid
+    }
+
+    /// After a layer changed the root's mode.
+    pub(crate) fn set_root_setgid(&mut self, setgid: bool) {
+        self.root_setgid = setgid;
+        if self.cache_path.is_empty() {
+            self.cache_setgid = setgid;
+        }
+    }
+
+    pub(crate) fn parent_setgid(&self) -> bool {
+        self.cache_setgid
     }
 
     pub(crate) fn is_cached(&self, dir: &[u8]) -> bool {
@@ -276,12 +302,17 @@ impl Tree {
                 None => return Ok(false),
             }
         };
-        self.set_cache(dir, fd);
+        let setgid = match &fd {
+            Some(fd) => rfs::fstat(fd).map_err(|e| sys("inspect", dir, e))?.st_mode & 0o2000 != 0,
+            None => self.root_setgid,
+        };
+        self.set_cache(dir, fd, setgid);
         Ok(true)
     }
 
     /// Caches a directory fd just opened for `path` (None: the root).
-    pub(crate) fn set_cache(&mut self, path: &[u8], fd: Option<OwnedFd>) {
+    pub(crate) fn set_cache(&mut self, path: &[u8], fd: Option<OwnedFd>, setgid: bool) {
+        self.cache_setgid = setgid;
         self.cache_path.clear();
         self.cache_path.extend_from_slice(path);
         self.cache_fd = match fd {
@@ -424,10 +455,11 @@ pub(crate) fn create_file(
     dirfd: BorrowedFd<'_>,
     name: &[u8],
     path: &[u8],
+    mode: u32,
 ) -> Result<File, FsError> {
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     create_replacing(dirfd, name, path, "create", || {
-        rfs::openat(dirfd, name, flags, Mode::from_raw_mode(0o600))
+        rfs::openat(dirfd, name, flags, Mode::from_raw_mode(mode & 0o777))
     })
     .map(File::from)
 }

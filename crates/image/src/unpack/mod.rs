@@ -87,6 +87,11 @@ pub struct Unpacker {
     totals: UnpackStats,
     /// Started with the first layer when `writer_threads > 0`.
     pool: Option<writer::Pool>,
+    /// Our effective uid/gid and umask: what a fresh file gets anyway.
+    ids: (u32, u32),
+    umask: Option<u32>,
+    /// A default ACL makes create modes ignore the umask.
+    acl_default_seen: bool,
 }
 
 /// An entry failure before it is tagged with the layer number.
@@ -124,6 +129,12 @@ impl Unpacker {
             dir_times: HashMap::new(),
             totals: UnpackStats::default(),
             pool: None,
+            ids: (
+                nix::unistd::geteuid().as_raw(),
+                nix::unistd::getegid().as_raw(),
+            ),
+            umask: read_umask(),
+            acl_default_seen: false,
         })
     }
 
@@ -143,7 +154,7 @@ impl Unpacker {
             r = flushed;
         }
         // The cached parent may be stale for the next layer's whiteouts.
-        self.tree.set_cache(b"", None);
+        self.tree.set_cache(b"", None, self.tree.root_setgid());
         match r {
             Ok(()) => {
                 self.totals.add(&stats);
@@ -284,6 +295,7 @@ impl Unpacker {
             mtime: entry.mtime,
             xattrs: &entry.xattrs,
             chown: self.opts.same_owner,
+            chmod: true,
         };
         let err = |e: FsError| fail(entry, e.0);
         if path.is_empty() {
@@ -292,6 +304,7 @@ impl Unpacker {
                 return Err(fail(entry, "a non-directory entry names the root"));
             }
             fsops::apply_meta_fd(self.tree.root(), &meta, path, false).map_err(err)?;
+            self.tree.set_root_setgid(entry.mode & 0o2000 != 0);
             self.dir_times.insert(Vec::new(), entry.mtime);
             stats.entries += 1;
             return Ok(());
@@ -311,7 +324,13 @@ impl Unpacker {
         let parent = self.tree.parent();
         match entry.kind {
             Kind::File => {
-                let file = fsops::create_file(parent, name, path).map_err(err)?;
+                let (chown, chmod) = self.new_file_fixups(entry);
+                let meta = Meta {
+                    chown,
+                    chmod,
+                    ..meta
+                };
+                let file = fsops::create_file(parent, name, path, entry.mode).map_err(err)?;
                 let written = write_contents(tar, entry, &file, path)?;
                 fsops::apply_meta_fd(file.as_fd(), &meta, path, true).map_err(err)?;
                 stats.files += 1;
@@ -322,7 +341,15 @@ impl Unpacker {
                 fsops::apply_meta_fd(fd.as_fd(), &meta, path, false).map_err(err)?;
                 self.dir_times.insert(path.to_vec(), entry.mtime);
                 // Children usually follow their directory.
-                self.tree.set_cache(path, Some(fd));
+                if entry
+                    .xattrs
+                    .iter()
+                    .any(|(n, _)| n == b"system.posix_acl_default")
+                {
+                    self.acl_default_seen = true;
+                }
+                self.tree
+                    .set_cache(path, Some(fd), entry.mode & 0o2000 != 0);
             }
             Kind::Symlink => {
                 fsops::make_symlink(parent, name, path, &entry.link).map_err(err)?;
@@ -349,6 +376,18 @@ impl Unpacker {
         Ok(())
     }
 
+    /// Whether a file just created in the cached parent still needs fchown
+    /// and fchmod: a fresh file is ours (or the setgid parent's group) and
+    /// has the create mode minus the umask, unless a default ACL applies.
+    fn new_file_fixups(&self, entry: &Entry) -> (bool, bool) {
+        let (euid, egid) = self.ids;
+        let owned = entry.uid == euid && entry.gid == egid && !self.tree.parent_setgid();
+        let exact = entry.mode & 0o7000 == 0
+            && self.umask.is_some_and(|u| entry.mode & u == 0)
+            && !self.acl_default_seen;
+        (self.opts.same_owner && !owned, !exact)
+    }
+
     /// Hands a small file to the writer threads (its data copied out of the
     /// read buffer; the queue bounds how much waits).
     fn submit_file<R: Read>(
@@ -372,6 +411,7 @@ impl Unpacker {
         stats.entries += 1;
         stats.files += 1;
         stats.bytes += data.len() as u64;
+        let (chown, chmod) = self.new_file_fixups(entry);
         let job = writer::Job {
             dir: self.tree.parent_shared(),
             name: name.to_vec(),
@@ -383,7 +423,8 @@ impl Unpacker {
             mode: entry.mode,
             mtime: entry.mtime,
             xattrs: entry.xattrs.clone(),
-            chown: self.opts.same_owner,
+            chown,
+            chmod,
         };
         let Some(pool) = self.pool.as_mut() else {
             return Err(fail(entry, "writer pool vanished"));
@@ -434,6 +475,13 @@ impl Unpacker {
             r => r.map_err(err),
         }
     }
+}
+
+/// The process umask without changing it (`umask(2)` can only set it).
+fn read_umask() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Umask:"))?;
+    u32::from_str_radix(line["Umask:".len()..].trim(), 8).ok()
 }
 
 fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {

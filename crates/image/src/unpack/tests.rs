@@ -261,6 +261,12 @@ fn modes_owners_and_times() {
             h.set_uid(7);
             h.set_mtime(1_500_000_000);
         })
+        .dir_with("shared", |h| {
+            h.set_mode(0o2775);
+            h.set_gid(50);
+        })
+        .file_with("shared/rootfile", b"r", |h| h.set_mode(0o666))
+        .file("shared/plain", b"p")
         .pax(&[
             ("uid", b"3000000000"),
             ("gid", b"3000000001"),
@@ -280,6 +286,15 @@ fn modes_owners_and_times() {
     assert_eq!(tmp.mode() & 0o7777, 0o1777);
     assert_eq!(tmp.uid(), 7);
     assert_eq!(tmp.mtime(), 1_500_000_000);
+    let shared = u.meta("shared");
+    assert_eq!((shared.mode() & 0o7777, shared.gid()), (0o2775, 50));
+    let rf = u.meta("shared/rootfile");
+    assert_eq!(
+        (rf.gid(), rf.mode() & 0o7777),
+        (0, 0o666),
+        "chown in a setgid dir; chmod past the umask"
+    );
+    assert_eq!(u.meta("shared/plain").gid(), 0);
     let p = u.meta("pax-owned");
     assert_eq!((p.uid(), p.gid()), (3_000_000_000, 3_000_000_001));
     assert_eq!((p.mtime(), p.mtime_nsec()), (1_700_000_000, 250_000_000));

@@ -35,6 +35,7 @@ pub(crate) struct Job {
     pub mtime: (i64, u32),
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
     pub chown: bool,
+    pub chmod: bool,
 }
 
 #[derive(Default)]
@@ -45,6 +46,10 @@ struct State {
     /// The first failure: (entry, reason).
     error: Option<(String, String)>,
     closing: bool,
+    /// Workers asleep on `work` and whether the producer sleeps on `done`:
+    /// wake-ups (a futex call each) are only sent to someone waiting.
+    idle: usize,
+    producer_waiting: bool,
 }
 
 struct Shared {
@@ -142,15 +147,20 @@ impl Pool {
             && st.queued_bytes > 0
             && st.queued_bytes + job.data.len() > MAX_QUEUED
         {
+            st.producer_waiting = true;
             st = self.shared.done.wait(st).unwrap_or_else(|p| p.into_inner());
         }
+        st.producer_waiting = false;
         if let Some(e) = st.error.clone() {
             return Err(e);
         }
         st.queued_bytes += job.data.len();
         st.queue.push_back(job);
+        let wake = st.idle > 0;
         drop(st);
-        self.shared.work.notify_one();
+        if wake {
+            self.shared.work.notify_one();
+        }
         Ok(())
     }
 
@@ -158,8 +168,10 @@ impl Pool {
     pub(crate) fn flush(&mut self) -> Result<(), (String, String)> {
         let mut st = lock(&self.shared);
         while !st.queue.is_empty() || st.busy > 0 {
+            st.producer_waiting = true;
             st = self.shared.done.wait(st).unwrap_or_else(|p| p.into_inner());
         }
+        st.producer_waiting = false;
         self.pending.clear();
         self.pending_dirs.clear();
         match st.error.take() {
@@ -195,27 +207,31 @@ fn worker(s: &Shared) {
                 if st.closing {
                     return;
                 }
+                st.idle += 1;
                 st = s.work.wait(st).unwrap_or_else(|p| p.into_inner());
+                st.idle -= 1;
             }
         };
         let len = job.data.len();
-        // After a failure the rest is drained without writing.
-        let failed = lock(s).error.is_some();
-        let r = if failed { Ok(()) } else { write_job(&job) };
+        // After a failure the rest is still written: the load fails anyway.
+        let r = write_job(&job);
         let mut st = lock(s);
         st.busy -= 1;
         st.queued_bytes -= len;
         if let Err(e) = r {
             st.error.get_or_insert((job.entry, e.0));
         }
+        let wake = st.producer_waiting;
         drop(st);
-        s.done.notify_all();
+        if wake {
+            s.done.notify_all();
+        }
     }
 }
 
 fn write_job(job: &Job) -> Result<(), FsError> {
     let dir = job.dir.as_fd();
-    let file = fsops::create_file(dir, &job.name, &job.path)?;
+    let file = fsops::create_file(dir, &job.name, &job.path, job.mode)?;
     (&file).write_all(&job.data).map_err(|e| {
         FsError(format!(
             "failed to write `{}`: {e}",
@@ -229,6 +245,7 @@ fn write_job(job: &Job) -> Result<(), FsError> {
         mtime: job.mtime,
         xattrs: &job.xattrs,
         chown: job.chown,
+        chmod: job.chmod,
     };
     fsops::apply_meta_fd(file.as_fd(), &meta, &job.path, true)
 }
