@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use runbox_image::format::{Platform, Selector};
-use runbox_image::store::{split_path_selector, LoadObserver, LoadOptions, LoadReport, Store};
+use runbox_image::store::{LoadObserver, LoadOptions, LoadReport, Store};
 use runbox_image::unpack::UnpackStats;
 
 use crate::cli::{GlobalArgs, LoadArgs, Timings};
@@ -16,8 +16,10 @@ use crate::output::{human_bytes, thousands};
 
 pub fn load(global: &GlobalArgs, args: LoadArgs) -> anyhow::Result<ExitCode> {
     let platform = parse_platform(&args.platform)?;
-    let (path, selector) = split_path_selector(&args.path)
-        .with_context(|| format!("load: `{}`: no such file or directory", args.path))?;
+    let (path, selector) = Selector::parse_path_arg(&args.path);
+    if !path.exists() {
+        anyhow::bail!("load: `{}`: no such file or directory", args.path);
+    }
     for tag in &args.tag {
         runbox_image::store::normalize_name(tag).context("load: --tag")?;
     }
@@ -54,22 +56,7 @@ pub fn load(global: &GlobalArgs, args: LoadArgs) -> anyhow::Result<ExitCode> {
 
 /// `linux/amd64`, `linux/arm64/v8`.
 pub fn parse_platform(s: &str) -> anyhow::Result<Platform> {
-    let parts: Vec<&str> = s.split('/').collect();
-    match parts.as_slice() {
-        [os, arch] if !os.is_empty() && !arch.is_empty() => Ok(Platform {
-            os: os.to_string(),
-            architecture: arch.to_string(),
-            variant: None,
-        }),
-        [os, arch, variant] if !os.is_empty() && !arch.is_empty() && !variant.is_empty() => {
-            Ok(Platform {
-                os: os.to_string(),
-                architecture: arch.to_string(),
-                variant: Some(variant.to_string()),
-            })
-        }
-        _ => anyhow::bail!("invalid --platform `{s}`: expected OS/ARCH[/VARIANT]"),
-    }
+    Platform::parse(s).context("--platform")
 }
 
 fn secs(d: Duration) -> String {

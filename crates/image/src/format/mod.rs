@@ -150,6 +150,8 @@ pub struct InputIdentity {
     pub ino: u64,
     pub size: u64,
     pub mtime_ns: i64,
+    /// Changes on any write or metadata change, even one that restores mtime.
+    pub ctime_ns: i64,
     pub path: PathBuf,
 }
 
@@ -174,6 +176,10 @@ impl InputIdentity {
                 .mtime()
                 .saturating_mul(1_000_000_000)
                 .saturating_add(meta.mtime_nsec()),
+            ctime_ns: meta
+                .ctime()
+                .saturating_mul(1_000_000_000)
+                .saturating_add(meta.ctime_nsec()),
             path: canonical,
         })
     }
@@ -181,11 +187,12 @@ impl InputIdentity {
     /// One string holding every field, e.g. for a file name or a map key.
     pub fn key(&self) -> String {
         format!(
-            "{}:{}:{}:{}:{}",
+            "{}:{}:{}:{}:{}:{}",
             self.dev,
             self.ino,
             self.size,
             self.mtime_ns,
+            self.ctime_ns,
             self.path.display()
         )
     }

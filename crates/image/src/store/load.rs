@@ -354,7 +354,7 @@ impl<R: std::io::Read> std::io::Read for ProgressReader<'_, R> {
 
 /// The key under `sources/` for this input and these options.
 fn source_key(path: &Path, opts: &LoadOptions) -> Option<String> {
-    let identity = file_identity(path)?;
+    let identity = crate::format::InputIdentity::of(path).ok()?.key();
     let text = format!(
         "{identity}\n{:?}\n{}/{}/{}",
         opts.selector,
@@ -363,30 +363,6 @@ fn source_key(path: &Path, opts: &LoadOptions) -> Option<String> {
         opts.platform.variant.as_deref().unwrap_or("")
     );
     Some(Digest::of(text.as_bytes()).hex().to_string())
-}
-
-/// Identity of an input file: the same key means the same bytes, as long as
-/// nobody rewrote the file in place within one mtime tick and kept its size.
-/// A layout directory is identified by its index.json.
-fn file_identity(path: &Path) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
-    let canonical = fs::canonicalize(path).ok()?;
-    let meta = fs::metadata(&canonical).ok()?;
-    let meta = if meta.is_dir() {
-        fs::metadata(canonical.join("index.json")).ok()?
-    } else {
-        meta
-    };
-    Some(format!(
-        "{}\n{}:{}:{}:{}.{}:{}",
-        canonical.display(),
-        meta.dev(),
-        meta.ino(),
-        meta.size(),
-        meta.mtime(),
-        meta.mtime_nsec(),
-        meta.ctime_nsec()
-    ))
 }
 
 /// Names the image gets: those from the archive (only when it was picked by

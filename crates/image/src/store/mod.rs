@@ -51,8 +51,8 @@ use crate::{Error, Result};
 
 use locks::read_capped;
 pub(crate) use locks::{lock_file, remove_if_exists, write_atomic, Lock};
+pub use names::normalize_name;
 use names::{escape_name, unescape_name};
-pub use names::{normalize_name, split_path_selector};
 pub use record::ImageRecord;
 
 /// What a load reports to its caller while it works (progress bars, lines).
@@ -334,7 +334,8 @@ impl Store {
     /// (optionally with a `:NAME`/`@INDEX` selector), load it (cheap when
     /// already stored) and return its record; otherwise look it up by name or ID.
     pub fn resolve_or_load(&self, arg: &str, platform: &Platform) -> Result<ImageRecord> {
-        if let Some((path, selector)) = split_path_selector(arg) {
+        let (path, selector) = Selector::parse_path_arg(arg);
+        if path.exists() {
             let opts = LoadOptions {
                 selector,
                 platform: platform.clone(),
@@ -468,25 +469,6 @@ mod tests {
             assert_eq!(unescape_name(&escape_name(n)), n);
             assert!(!escape_name(n).contains('/'));
         }
-    }
-
-    #[test]
-    fn path_selectors_split_only_on_existing_paths() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("img.tar");
-        fs::write(&file, b"x").unwrap();
-        let f = file.to_str().unwrap();
-        assert_eq!(split_path_selector(f), Some((file.clone(), Selector::Only)));
-        assert_eq!(
-            split_path_selector(&format!("{f}:debian:12")),
-            Some((file.clone(), Selector::Name("debian:12".into())))
-        );
-        assert_eq!(
-            split_path_selector(&format!("{f}@2")),
-            Some((file.clone(), Selector::Index(2)))
-        );
-        assert_eq!(split_path_selector("busybox:latest"), None);
-        assert_eq!(split_path_selector(&format!("{f}.missing")), None);
     }
 
     #[test]
