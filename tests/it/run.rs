@@ -1,1 +1,407 @@
-//! `runbox run`.
+//! `runbox run`: real containers (root only) over a busybox directory built
+//! from the host's /bin/busybox (`--rootfs`). Every test checks afterwards
+//! that nothing stayed mounted under its temp dir and that the state dir and
+//! the writable layers are gone.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::common::{require_root, stderr, stdout, TestEnv};
+
+const APPLETS: &[&str] = &[
+    "sh", "true", "false", "id", "env", "cat", "ls", "echo", "sleep", "hostname", "pwd", "touch",
+    "grep", "mount", "unshare", "tty", "test", "kill", "stat", "wc", "head",
+];
+
+/// A test environment with a busybox rootfs; on drop asserts no leftovers.
+struct Box {
+    env: TestEnv,
+    rootfs: PathBuf,
+}
+
+impl Box {
+    fn new(test: &str) -> Option<Box> {
+        if !require_root(test) {
+            return None;
+        }
+        assert!(
+            Path::new("/bin/busybox").exists(),
+            "{test}: needs /bin/busybox (busybox-static)"
+        );
+        let env = TestEnv::new();
+        let rootfs = env.dir.path().join("rootfs");
+        for d in ["bin", "etc", "tmp", "proc", "sys", "dev"] {
+            std::fs::create_dir_all(rootfs.join(d)).unwrap();
+        }
+        std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).unwrap();
+        for app in APPLETS {
+            std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(app)).unwrap();
+        }
+        std::fs::write(
+            rootfs.join("etc/passwd"),
+            "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n",
+        )
+        .unwrap();
+        std::fs::write(
+            rootfs.join("etc/group"),
+            "root:x:0:\napp:x:1000:\nextra:x:2000:app\n",
+        )
+        .unwrap();
+        std::fs::write(rootfs.join("etc/data.txt"), "not a program\n").unwrap();
+        Some(Box { env, rootfs })
+    }
+
+    /// `runbox run --rootfs R ARGS...`
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = self.env.cmd();
+        c.arg("run").arg("--rootfs").arg(&self.rootfs).args(args);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        self.cmd(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn runbox")
+    }
+
+    fn mounts_under_me(&self) -> Vec<String> {
+        let me = self.env.dir.path().to_string_lossy().into_owned();
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(&me))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for Box {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        assert_eq!(
+            self.mounts_under_me(),
+            Vec::<String>::new(),
+            "mounts leaked on the host"
+        );
+        let state: Vec<_> = std::fs::read_dir(self.env.state())
+            .map(|d| d.flatten().collect())
+            .unwrap_or_default();
+        assert!(state.is_empty(), "state left behind: {state:?}");
+        let layers: Vec<_> = std::fs::read_dir(self.env.root().join("containers"))
+            .map(|d| d.flatten().collect())
+            .unwrap_or_default();
+        assert!(layers.is_empty(), "writable layers left behind: {layers:?}");
+    }
+}
+
+fn code(o: &std::process::Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+#[test]
+fn exit_codes_follow_docker() {
+    let Some(b) = Box::new("exit_codes_follow_docker") else {
+        return;
+    };
+    assert_eq!(code(&b.run(&["/bin/true"])), 0);
+    assert_eq!(code(&b.run(&["--", "sh", "-c", "exit 3"])), 3);
+    let o = b.run(&["no-such-command"]);
+    assert_eq!(code(&o), 127, "{}", stderr(&o));
+    assert!(stderr(&o).contains("no-such-command"), "{}", stderr(&o));
+    let o = b.run(&["/etc/data.txt"]);
+    assert_eq!(code(&o), 126, "{}", stderr(&o));
+    // A child killed by SIGINT: the shell reports 128+2.
+    assert_eq!(
+        code(&b.run(&["sh", "-c", "sh -c 'kill -INT $$'; exit $?"])),
+        130
+    );
+    // With --init, the command is not PID 1 and dies of its own signal.
+    assert_eq!(code(&b.run(&["--init", "sh", "-c", "kill -INT $$"])), 130);
+    let o = b.run(&["--network", "bogus", "true"]);
+    assert_eq!(code(&o), 125, "{}", stderr(&o));
+    assert_eq!(code(&b.run(&["--timeout", "soon", "true"])), 125);
+    let o = b.run(&["--timeout", "300ms", "sleep", "30"]);
+    assert_eq!(code(&o), 124, "{}", stderr(&o));
+}
+
+#[test]
+fn env_user_workdir_hostname() {
+    let Some(b) = Box::new("env_user_workdir_hostname") else {
+        return;
+    };
+    let env_file = b.env.dir.path().join("env.list");
+    std::fs::write(&env_file, "# comment\nA=from-file\nB=from-file\n").unwrap();
+    let o = b
+        .cmd(&[
+            "-e",
+            "A=from-flag",
+            "--env-file",
+            env_file.to_str().unwrap(),
+            "-e",
+            "RUNBOX_IT_HOST",
+            "env",
+        ])
+        .env("RUNBOX_IT_HOST", "from-host")
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(out.lines().any(|l| l == "A=from-flag"), "{out}");
+    assert!(out.lines().any(|l| l == "B=from-file"), "{out}");
+    assert!(
+        out.lines().any(|l| l == "RUNBOX_IT_HOST=from-host"),
+        "{out}"
+    );
+    assert!(out.lines().any(|l| l.starts_with("PATH=")), "{out}");
+
+    let o = b.run(&["-u", "1000:1000", "id"]);
+    assert_eq!(
+        stdout(&o).trim(),
+        "uid=1000(app) gid=1000(app)",
+        "{}",
+        stderr(&o)
+    );
+    let o = b.run(&["-u", "app", "id", "-G"]);
+    assert_eq!(stdout(&o).trim(), "1000 2000", "{}", stderr(&o));
+
+    let o = b.run(&["-w", "/new/work/dir", "pwd"]);
+    assert_eq!(stdout(&o).trim(), "/new/work/dir", "{}", stderr(&o));
+    let o = b.run(&[
+        "--hostname",
+        "boxy",
+        "sh",
+        "-c",
+        "hostname; cat /etc/hostname",
+    ]);
+    assert_eq!(stdout(&o), "boxy\nboxy\n", "{}", stderr(&o));
+}
+
+#[test]
+fn signals_are_forwarded_to_the_container() {
+    let Some(b) = Box::new("signals_are_forwarded_to_the_container") else {
+        return;
+    };
+    let mut child = b
+        .cmd(&[
+            "sh",
+            "-c",
+            "trap 'exit 42' TERM; echo ready; while :; do sleep 0.05; done",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(42));
+}
+
+#[test]
+fn stdin_only_with_interactive() {
+    let Some(b) = Box::new("stdin_only_with_interactive") else {
+        return;
+    };
+    for (flags, expected) in [(&["-i", "cat"][..], "hello\n"), (&["cat"][..], "")] {
+        let mut child = b
+            .cmd(flags)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(code(&o), 0);
+        assert_eq!(stdout(&o), expected, "{flags:?}");
+    }
+}
+
+#[test]
+fn tty_gives_a_terminal() {
+    let Some(b) = Box::new("tty_gives_a_terminal") else {
+        return;
+    };
+    let inner = format!(
+        "{} --root {} --state {} run --rootfs {} -t sh -c 'test -t 0 && test -t 1 && echo is-a-tty; exit 5'",
+        crate::common::runbox_bin().display(),
+        b.env.root().display(),
+        b.env.state().display(),
+        b.rootfs.display()
+    );
+    // `script` gives runbox a terminal as stdin/stdout.
+    let o = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&o).contains("is-a-tty"),
+        "{} {}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert_eq!(code(&o), 5, "{}", stderr(&o));
+}
+
+#[test]
+fn volumes_tmpfs_and_read_only() {
+    let Some(b) = Box::new("volumes_tmpfs_and_read_only") else {
+        return;
+    };
+    let host = b.env.dir.path().join("vol");
+    std::fs::create_dir_all(&host).unwrap();
+    std::fs::write(host.join("in.txt"), "from host\n").unwrap();
+    let ro = format!("{}:/data:ro", host.display());
+    let o = b.run(&[
+        "-v",
+        &ro,
+        "sh",
+        "-c",
+        "cat /data/in.txt; touch /data/x && echo wrote",
+    ]);
+    assert_eq!(stdout(&o), "from host\n", "{}", stderr(&o));
+    assert!(!host.join("x").exists());
+    let rw = format!("{}:/deep/data", host.display());
+    let o = b.run(&["-v", &rw, "sh", "-c", "echo out > /deep/data/out.txt"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read_to_string(host.join("out.txt")).unwrap(),
+        "out\n"
+    );
+
+    let o = b.run(&[
+        "--tmpfs",
+        "/scratch",
+        "sh",
+        "-c",
+        "grep ' /scratch ' /proc/mounts && touch /scratch/f",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("tmpfs /scratch tmpfs"),
+        "{}",
+        stdout(&o)
+    );
+
+    let o = b.run(&["--read-only", "sh", "-c", "touch /x"]);
+    assert_ne!(code(&o), 0);
+    assert!(!b.rootfs.join("x").exists());
+    // Without --read-only writes land in the writable layer, not in the image.
+    let o = b.run(&["sh", "-c", "touch /y && echo ok"]);
+    assert_eq!(stdout(&o), "ok\n", "{}", stderr(&o));
+    assert!(!b.rootfs.join("y").exists());
+}
+
+#[test]
+fn network_none_has_only_loopback() {
+    let Some(b) = Box::new("network_none_has_only_loopback") else {
+        return;
+    };
+    let o = b.run(&["--network", "none", "cat", "/proc/net/dev"]);
+    let ifaces: Vec<String> = stdout(&o)
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split(':').next())
+        .map(|s| s.trim().to_string())
+        .collect();
+    assert_eq!(ifaces, vec!["lo".to_string()], "{}", stderr(&o));
+    let o = b.run(&["--network", "none", "cat", "/sys/class/net/lo/operstate"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+#[test]
+fn default_sandbox_caps_seccomp_masks() {
+    let Some(b) = Box::new("default_sandbox_caps_seccomp_masks") else {
+        return;
+    };
+    let o = b.run(&[
+        "grep",
+        "-E",
+        "^(CapBnd|CapEff|Seccomp|NoNewPrivs):",
+        "/proc/self/status",
+    ]);
+    let out = stdout(&o);
+    assert!(
+        out.contains("CapBnd:\t00000000a80425fb"),
+        "{out}{}",
+        stderr(&o)
+    );
+    assert!(out.contains("CapEff:\t00000000a80425fb"), "{out}");
+    assert!(out.contains("Seccomp:\t2"), "{out}");
+    assert!(out.contains("NoNewPrivs:\t0"), "{out}");
+    // Even as root: no CAP_SYS_ADMIN and seccomp forbids new namespaces.
+    let o = b.run(&["unshare", "-m", "true"]);
+    assert_ne!(code(&o), 0);
+    let o = b.run(&["sh", "-c", "cat /proc/keys; echo end"]);
+    assert_eq!(stdout(&o), "end\n", "{}", stderr(&o));
+    let o = b.run(&["sh", "-c", "echo 1 > /proc/sys/kernel/ns_last_pid"]);
+    assert_ne!(code(&o), 0);
+
+    let o = b.run(&["--cap-drop", "ALL", "grep", "CapBnd", "/proc/self/status"]);
+    assert!(
+        stdout(&o).contains("CapBnd:\t0000000000000000"),
+        "{}",
+        stdout(&o)
+    );
+    let o = b.run(&[
+        "--security-opt",
+        "no-new-privileges",
+        "grep",
+        "NoNewPrivs",
+        "/proc/self/status",
+    ]);
+    assert!(
+        stdout(&o).contains("NoNewPrivs:\t1"),
+        "{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    let o = b.run(&["--privileged", "grep", "Seccomp:", "/proc/self/status"]);
+    assert!(
+        stdout(&o).contains("Seccomp:\t0"),
+        "{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+}
+
+#[test]
+fn container_sees_its_own_pid_namespace_and_dev() {
+    let Some(b) = Box::new("container_sees_its_own_pid_namespace_and_dev") else {
+        return;
+    };
+    let o = b.run(&["sh", "-c", "echo $$; ls /proc | grep -c '^[0-9]'; ls /dev"]);
+    let out = stdout(&o);
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("1"), "{out}{}", stderr(&o));
+    let pids: u32 = lines.next().unwrap().parse().unwrap();
+    assert!(
+        (1..=3).contains(&pids),
+        "only the container's processes: {pids}"
+    );
+    let devs: Vec<&str> = lines.collect();
+    for d in [
+        "null", "zero", "full", "random", "urandom", "tty", "pts", "ptmx", "shm", "mqueue", "fd",
+        "stdin",
+    ] {
+        assert!(devs.contains(&d), "/dev lacks {d}: {devs:?}");
+    }
+    assert!(!devs.contains(&"console"), "console only with -t");
+    let o = b.run(&[
+        "sh",
+        "-c",
+        "echo hi > /dev/null && head -c 4 /dev/zero | wc -c",
+    ]);
+    assert_eq!(stdout(&o).trim(), "4", "{}", stderr(&o));
+}

@@ -369,36 +369,55 @@ fn cstr(path: &Path) -> std::result::Result<CString, StepError> {
 
 /// Creates `dest` (a directory, or an empty file when `file`) if missing.
 /// Runs after pivot_root, so the path resolves inside the container only.
+/// Tries the create first: on a fresh tmpfs (/dev) that is one system call.
 fn ensure_mountpoint(dest: &Path, file: bool) -> std::result::Result<(), StepError> {
-    if std::fs::metadata(dest).is_ok() {
-        return Ok(());
-    }
-    let parent = dest.parent().unwrap_or(Path::new("/"));
-    std::fs::create_dir_all(parent).map_err(|e| err("create mountpoint", parent)(io_errno(e)))?;
-    let made = if file {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(dest)
-            .map(drop)
-    } else {
-        std::fs::create_dir(dest)
+    let create = || {
+        if file {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(dest)
+                .map(drop)
+        } else {
+            std::fs::create_dir(dest)
+        }
+    };
+    let made = match create() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let parent = dest.parent().unwrap_or(Path::new("/"));
+            std::fs::create_dir_all(parent)
+                .map_err(|e| err("create mountpoint", parent)(io_errno(e)))?;
+            create()
+        }
+        r => r,
     };
     match made {
-        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-            Err(err("create mountpoint", dest)(io_errno(e)))
-        }
-        _ => Ok(()),
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        // An existing file opened for writing on a read-only root, or a directory opened as a file.
+        Err(_) if std::fs::metadata(dest).is_ok() => Ok(()),
+        Err(e) => Err(err("create mountpoint", dest)(io_errno(e))),
     }
 }
 
 /// Refuses destinations that resolve (through symlinks in the image) into
-/// /proc or /sys, unless the mount is that filesystem itself.
-fn check_destination(dest: &Path, fstype: Option<&str>) -> std::result::Result<(), StepError> {
+/// /proc or /sys, unless the mount is that filesystem itself. Paths in our
+/// fresh /dev tmpfs hold no image symlinks and skip the walk.
+fn check_destination(
+    dest: &Path,
+    fstype: Option<&str>,
+    fresh_dev: bool,
+) -> std::result::Result<(), StepError> {
+    if fresh_dev && dest.starts_with("/dev") {
+        return Ok(());
+    }
+    if matches!(fstype, Some("proc" | "sysfs")) {
+        return Ok(());
+    }
     let resolved = std::fs::canonicalize(dest).unwrap_or_else(|_| dest.to_path_buf());
-    for (dir, fs) in [("/proc", "proc"), ("/sys", "sysfs")] {
-        if resolved.starts_with(dir) && fstype != Some(fs) && resolved != dest {
+    for dir in ["/proc", "/sys"] {
+        if resolved.starts_with(dir) && resolved != dest {
             return Err(StepError {
                 op: "mount over (symlink into procfs/sysfs)",
                 path: dest.into(),
@@ -466,6 +485,7 @@ pub fn apply(plan: &MountPlan) -> std::result::Result<(), StepError> {
     nix::unistd::chdir("/").map_err(err("chdir to", Path::new("/")))?;
 
     let mut trees = trees.into_iter();
+    let mut fresh_dev = false;
     for step in &plan.steps {
         match step {
             Step::Mount {
@@ -475,7 +495,7 @@ pub fn apply(plan: &MountPlan) -> std::result::Result<(), StepError> {
                 flags,
                 data,
             } => {
-                check_destination(dest, Some(fstype))?;
+                check_destination(dest, Some(fstype), fresh_dev)?;
                 ensure_mountpoint(dest, false)?;
                 mount(
                     Some(source.as_str()),
@@ -485,6 +505,7 @@ pub fn apply(plan: &MountPlan) -> std::result::Result<(), StepError> {
                     data.as_deref(),
                 )
                 .map_err(err("mount", dest))?;
+                fresh_dev |= dest == Path::new("/dev") && fstype == "tmpfs";
             }
             Step::Cgroup { dest, flags } => {
                 if cgroup2 {
@@ -505,7 +526,7 @@ pub fn apply(plan: &MountPlan) -> std::result::Result<(), StepError> {
                     path: dest.clone(),
                     errno: Errno::EINVAL,
                 })?;
-                check_destination(dest, None)?;
+                check_destination(dest, None, fresh_dev)?;
                 ensure_mountpoint(dest, !is_dir)?;
                 syscall::move_mount_to(tree.as_fd(), &cstr(dest)?)
                     .map_err(err("bind-mount onto", dest))?;

@@ -252,6 +252,8 @@ fn set_credentials(plan: &ChildPlan) -> Result<(), ChildError> {
             }
         }
     }
+    let held =
+        syscall::capget_permitted().map_err(fail("capabilities", "read the permitted set"))?;
     // Keep the permitted set across the uid change; capset below sets the real ones.
     nix::sys::prctl::set_keepcaps(true).map_err(fail("user", "set keepcaps"))?;
     let groups: Vec<Gid> = plan
@@ -265,7 +267,15 @@ fn set_credentials(plan: &ChildPlan) -> Result<(), ChildError> {
     nix::unistd::setresuid(uid, uid, uid).map_err(fail("user", format_args!("set uid {uid}")))?;
     nix::sys::prctl::set_keepcaps(false).map_err(fail("user", "clear keepcaps"))?;
     if let Some(caps) = &plan.caps {
-        syscall::capset(caps.effective, caps.permitted, caps.inheritable).map_err(fail(
+        // A set can only shrink: `--privileged` asks for every capability the
+        // kernel knows, but runbox may itself run with fewer.
+        let held = held & caps.bounding;
+        syscall::capset(
+            caps.effective & held,
+            caps.permitted & held,
+            caps.inheritable & held,
+        )
+        .map_err(fail(
             "capabilities",
             "set effective/permitted/inheritable sets",
         ))?;

@@ -187,6 +187,18 @@ pub fn capset(effective: u64, permitted: u64, inheritable: u64) -> nix::Result<(
     Errno::result(unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) }).map(drop)
 }
 
+/// This thread's permitted set (bit N = capability N).
+pub fn capget_permitted() -> nix::Result<u64> {
+    let header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: version 3 capget writes two data structs into `data`.
+    Errno::result(unsafe { libc::syscall(libc::SYS_capget, &header, data.as_mut_ptr()) })?;
+    Ok(u64::from(data[0].permitted) | (u64::from(data[1].permitted) << 32))
+}
+
 /// Installs a seccomp filter for this thread (and its future children) with
 /// `SECCOMP_FILTER_FLAG_*` `flags`. Needs no_new_privs or CAP_SYS_ADMIN.
 pub fn seccomp_load(filter: &[libc::sock_filter], flags: u32) -> nix::Result<()> {
