@@ -405,3 +405,107 @@ fn container_sees_its_own_pid_namespace_and_dev() {
     ]);
     assert_eq!(stdout(&o).trim(), "4", "{}", stderr(&o));
 }
+
+fn test_image() -> String {
+    format!(
+        "{}/tests/data/busybox-multi.tar",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+#[test]
+fn image_entrypoint_cmd_env_and_workdir() {
+    let Some(b) = Box::new("image_entrypoint_cmd_env_and_workdir") else {
+        return;
+    };
+    let img = test_image();
+    let run = |args: &[&str]| {
+        let o = b
+            .env
+            .cmd()
+            .arg("run")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+        stdout(&o)
+    };
+    // ENTRYPOINT ["/bin/sh","-c"] + CMD ["echo $GREETING"], env from the image.
+    assert_eq!(run(&[&img]), "hello from runbox\n");
+    // Arguments replace CMD and keep ENTRYPOINT.
+    assert_eq!(run(&[&img, "--", "echo $RUNBOX_TEST; pwd"]), "1\n/data\n");
+    // --entrypoint replaces ENTRYPOINT and drops the image's CMD.
+    assert_eq!(
+        run(&["--entrypoint", "/bin/cat", &img, "/hello.txt"]),
+        "added in layer 2\n"
+    );
+    assert_eq!(
+        run(&["--entrypoint", "", &img, "cat", "/data/new.txt"]),
+        "new data\n"
+    );
+    // -e overrides the image's env; the image is found by name once loaded.
+    assert_eq!(
+        run(&["-e", "GREETING=over", "runbox-test/busybox-multi"]),
+        "over\n"
+    );
+    assert_eq!(run(&["-u", "1000", &img, "id -u; id -g"]), "1000\n1000\n");
+}
+
+#[test]
+fn keep_leaves_a_stopped_container() {
+    let Some(b) = Box::new("keep_leaves_a_stopped_container") else {
+        return;
+    };
+    let o = b.run(&["--keep", "sh", "-c", "echo kept > /marker; exit 4"]);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let dirs: Vec<PathBuf> = std::fs::read_dir(b.env.state())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(dirs.len(), 1);
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dirs[0].join("state.json")).unwrap()).unwrap();
+    assert_eq!(state["status"], "stopped");
+    assert_eq!(state["exit_code"], 4);
+    let id = state["id"].as_str().unwrap().to_string();
+    let layer = b.env.root().join("containers").join(&id);
+    assert_eq!(
+        std::fs::read_to_string(layer.join("upper/marker")).unwrap(),
+        "kept\n"
+    );
+    // A later run must not reap a stopped, kept container.
+    assert_eq!(code(&b.run(&["true"])), 0);
+    assert!(layer.exists() && dirs[0].exists());
+    std::fs::remove_dir_all(&dirs[0]).unwrap();
+    std::fs::remove_dir_all(&layer).unwrap();
+}
+
+#[test]
+fn debris_of_a_killed_runbox_is_reaped_by_the_next_run() {
+    let Some(b) = Box::new("debris_of_a_killed_runbox_is_reaped_by_the_next_run") else {
+        return;
+    };
+    let mut child = b
+        .cmd(&["sh", "-c", "echo ready; sleep 30"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        std::fs::read_dir(b.env.state()).unwrap().count(),
+        1,
+        "the killed run left its state"
+    );
+    // The container died with runbox (parent-death signal): the next run reaps it.
+    let o = b.run(&["true"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}

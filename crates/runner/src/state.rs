@@ -115,12 +115,17 @@ pub fn load(dir: &Path) -> Result<ContainerState> {
     })
 }
 
-/// Start time of `pid` in clock ticks since boot, `None` if it is gone.
+/// Start time of `pid` in clock ticks since boot, `None` if it is gone
+/// (a zombie counts as gone: it is dead, only not yet reaped).
 pub fn pid_start_time(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses: fields follow the last `)`.
     let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = rest.split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X" | "x")) {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 /// True when the process recorded in `state` still runs.
