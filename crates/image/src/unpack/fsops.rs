@@ -225,7 +225,7 @@ pub(crate) fn list_dir(fd: BorrowedFd<'_>, path: &[u8]) -> Result<Vec<Vec<u8>>, 
 pub(crate) struct Tree {
     root: Arc<OwnedFd>,
     cache_path: Vec<u8>,
-    /// Shared with writer threads that create files in it.
+    /// The root's fd itself when the cached parent is the root.
     cache_fd: Arc<OwnedFd>,
     /// New files in a setgid directory take its group, not ours.
     cache_setgid: bool,
@@ -263,10 +263,6 @@ impl Tree {
         self.cache_fd.as_fd()
     }
 
-    pub(crate) fn parent_shared(&self) -> Arc<OwnedFd> {
-        Arc::clone(&self.cache_fd)
-    }
-
     pub(crate) fn root_setgid(&self) -> bool {
         self.root_setgid
     }
@@ -281,10 +277,6 @@ impl Tree {
 
     pub(crate) fn parent_setgid(&self) -> bool {
         self.cache_setgid
-    }
-
-    pub(crate) fn is_cached(&self, dir: &[u8]) -> bool {
-        self.cache_path == dir
     }
 
     /// Makes `dir` the cached parent. Missing directories are created (0755)

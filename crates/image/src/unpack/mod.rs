@@ -213,14 +213,6 @@ impl Unpacker {
         }
     }
 
-    /// Flushes when `path` is queued or lies above something queued.
-    fn flush_if_pending(&mut self, path: &[u8]) -> std::result::Result<(), EntryFail> {
-        if self.pool.as_ref().is_some_and(|p| p.is_pending(path)) {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
     fn apply_entries<R: Read>(
         &mut self,
         tar: &mut TarStream<R>,
@@ -231,18 +223,13 @@ impl Unpacker {
             let path = whiteout::normalize(&entry.path).map_err(|r| fail(&entry, r))?;
             match whiteout::classify(&path).map_err(|r| fail(&entry, r))? {
                 Class::AufsMeta => {}
-                Class::Whiteout { dir, name } => {
-                    self.flush()?;
-                    self.whiteout(dir, Some(name), created)
-                        .map_err(|e| fail(&entry, e.0))?
-                }
-                Class::Opaque { dir } => {
-                    self.flush()?;
-                    self.whiteout(dir, None, created)
-                        .map_err(|e| fail(&entry, e.0))?
-                }
+                Class::Whiteout { dir, name } => self
+                    .whiteout(dir, Some(name), created)
+                    .map_err(|e| fail(&entry, e.0))?,
+                Class::Opaque { dir } => self
+                    .whiteout(dir, None, created)
+                    .map_err(|e| fail(&entry, e.0))?,
                 Class::Plain => {
-                    self.flush_if_pending(&path)?;
                     self.apply_plain(tar, &entry, &path, stats)?;
                     created.insert(path);
                 }
@@ -310,9 +297,6 @@ impl Unpacker {
             return Ok(());
         }
         let (dir, name) = whiteout::split_parent(path);
-        if !self.tree.is_cached(dir) && self.pool.as_ref().is_some_and(|p| p.blocks_dir(dir)) {
-            self.flush()?;
-        }
         self.tree.enter(dir, true).map_err(err)?;
         if entry.kind == Kind::File
             && entry.sparse.is_none()
@@ -388,8 +372,8 @@ impl Unpacker {
         (self.opts.same_owner && !owned, !exact)
     }
 
-    /// Hands a small file to the writer threads (its data copied out of the
-    /// read buffer; the queue bounds how much waits).
+    /// Creates a small file here, in archive order, and hands the open file
+    /// and its contents (copied out of the read buffer) to the writers.
     fn submit_file<R: Read>(
         &mut self,
         tar: &mut TarStream<R>,
@@ -398,6 +382,9 @@ impl Unpacker {
         name: &[u8],
         stats: &mut UnpackStats,
     ) -> std::result::Result<(), EntryFail> {
+        let (chown, chmod) = self.new_file_fixups(entry);
+        let file = fsops::create_file(self.tree.parent(), name, path, entry.mode)
+            .map_err(|e| fail(entry, e.0))?;
         let mut data = Vec::with_capacity(usize::try_from(tar.remaining()).unwrap_or(0));
         loop {
             let buf = tar.data()?;
@@ -411,10 +398,8 @@ impl Unpacker {
         stats.entries += 1;
         stats.files += 1;
         stats.bytes += data.len() as u64;
-        let (chown, chmod) = self.new_file_fixups(entry);
         let job = writer::Job {
-            dir: self.tree.parent_shared(),
-            name: name.to_vec(),
+            file,
             path: path.to_vec(),
             entry: String::from_utf8_lossy(&entry.path).into_owned(),
             data,
@@ -426,11 +411,12 @@ impl Unpacker {
             chown,
             chmod,
         };
-        let Some(pool) = self.pool.as_mut() else {
-            return Err(fail(entry, "writer pool vanished"));
-        };
-        pool.submit(job)
-            .map_err(|(entry, reason)| EntryFail { entry, reason })
+        match self.pool.as_mut() {
+            Some(pool) => pool
+                .submit(job)
+                .map_err(|(entry, reason)| EntryFail { entry, reason }),
+            None => Err(fail(entry, "internal error: no writer threads")),
+        }
     }
 
     /// A hard link to a path beneath the root (possibly from a lower layer).
@@ -450,7 +436,6 @@ impl Unpacker {
         if target == path {
             return Ok(());
         }
-        self.flush_if_pending(&target)?;
         let (tdir, tname) = whiteout::split_parent(&target);
         let missing = || {
             fail(

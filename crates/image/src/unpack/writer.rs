@@ -1,16 +1,18 @@
-//! A small pool of writer threads that create small regular files while the
-//! main thread parses the stream: file creation is kernel-bound, and two
-//! cores creating files finish ~1.4x sooner than one. Memory is bounded (at
-//! most `MAX_QUEUED` bytes of file data buffered); larger files are written
-//! inline by the caller.
-//!
-//! Ordering rules (enforced by the caller through `is_pending`/`flush`):
-//! anything that may touch a queued path or a directory above one (a
-//! replacement, a whiteout, a hard link to it) waits until the queue drains.
+//! Writer threads that finish small regular files while the main thread
+//! parses the stream. The main thread creates each file (the part that
+//! takes the directory lock, in archive order) and hands the open file plus
+//! its buffered contents over; a worker writes the data, sets owner, mode,
+//! xattrs and times through the fd, and closes it. Because the name exists
+//! from the start and the worker only touches the inode through its fd, a
+//! later entry that replaces, links or whites out that name behaves exactly
+//! as in a sequential unpack. Memory and fds are bounded: at most
+//! `MAX_QUEUED` bytes and `MAX_JOBS` files wait; larger files are written
+//! inline.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
+use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -20,11 +22,12 @@ use super::fsops::{self, FsError, Meta};
 pub(crate) const MAX_POOLED_FILE: u64 = 1 << 20;
 /// Bytes of file data that may wait in the queue.
 const MAX_QUEUED: usize = 32 << 20;
+/// Open files that may wait in the queue (each holds an fd).
+const MAX_JOBS: usize = 256;
 
-/// One small file to create in `dir`.
+/// One small file, already created, to fill and finish.
 pub(crate) struct Job {
-    pub dir: Arc<OwnedFd>,
-    pub name: Vec<u8>,
+    pub file: File,
     pub path: Vec<u8>,
     /// The entry name as stored, for the error message.
     pub entry: String,
@@ -63,9 +66,6 @@ struct Shared {
 pub(crate) struct Pool {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
-    /// Paths queued since the last flush, and every directory above them.
-    pending: HashSet<Vec<u8>>,
-    pending_dirs: HashSet<Vec<u8>>,
 }
 
 fn lock(s: &Shared) -> std::sync::MutexGuard<'_, State> {
@@ -92,8 +92,6 @@ impl Pool {
                     let mut p = Pool {
                         shared,
                         threads: handles,
-                        pending: HashSet::new(),
-                        pending_dirs: HashSet::new(),
                     };
                     p.close();
                     return Err(e);
@@ -103,49 +101,16 @@ impl Pool {
         Ok(Pool {
             shared,
             threads: handles,
-            pending: HashSet::new(),
-            pending_dirs: HashSet::new(),
         })
-    }
-
-    /// True if `path` is queued or lies above something queued.
-    pub(crate) fn is_pending(&self, path: &[u8]) -> bool {
-        !self.pending.is_empty()
-            && (self.pending.contains(path) || self.pending_dirs.contains(path))
-    }
-
-    /// True if `dir` or a directory above it is a queued file.
-    pub(crate) fn blocks_dir(&self, dir: &[u8]) -> bool {
-        if self.pending.is_empty() {
-            return false;
-        }
-        let mut p = dir;
-        loop {
-            if self.pending.contains(p) {
-                return true;
-            }
-            match p.iter().rposition(|&b| b == b'/') {
-                Some(i) => p = &p[..i],
-                None => return false,
-            }
-        }
     }
 
     /// Queues a file, waiting while the queue holds too much data. Returns
     /// an earlier worker failure instead, if any.
     pub(crate) fn submit(&mut self, job: Job) -> Result<(), (String, String)> {
-        let mut dir: &[u8] = &job.path;
-        while let Some(i) = dir.iter().rposition(|&b| b == b'/') {
-            dir = &dir[..i];
-            if !self.pending_dirs.insert(dir.to_vec()) {
-                break;
-            }
-        }
-        self.pending.insert(job.path.clone());
         let mut st = lock(&self.shared);
         while st.error.is_none()
-            && st.queued_bytes > 0
-            && st.queued_bytes + job.data.len() > MAX_QUEUED
+            && !st.queue.is_empty()
+            && (st.queued_bytes + job.data.len() > MAX_QUEUED || st.queue.len() >= MAX_JOBS)
         {
             st.producer_waiting = true;
             st = self.shared.done.wait(st).unwrap_or_else(|p| p.into_inner());
@@ -172,8 +137,6 @@ impl Pool {
             st = self.shared.done.wait(st).unwrap_or_else(|p| p.into_inner());
         }
         st.producer_waiting = false;
-        self.pending.clear();
-        self.pending_dirs.clear();
         match st.error.take() {
             Some(e) => Err(e),
             None => Ok(()),
@@ -230,9 +193,7 @@ fn worker(s: &Shared) {
 }
 
 fn write_job(job: &Job) -> Result<(), FsError> {
-    let dir = job.dir.as_fd();
-    let file = fsops::create_file(dir, &job.name, &job.path, job.mode)?;
-    (&file).write_all(&job.data).map_err(|e| {
+    (&job.file).write_all(&job.data).map_err(|e| {
         FsError(format!(
             "failed to write `{}`: {e}",
             String::from_utf8_lossy(&job.path)
@@ -247,5 +208,5 @@ fn write_job(job: &Job) -> Result<(), FsError> {
         chown: job.chown,
         chmod: job.chmod,
     };
-    fsops::apply_meta_fd(file.as_fd(), &meta, &job.path, true)
+    fsops::apply_meta_fd(job.file.as_fd(), &meta, &job.path, true)
 }
