@@ -11,10 +11,13 @@
 //!
 //! Submodules: `archive` parses the stream (bounded), `sparse` the sparse
 //! maps, `whiteout` decides what a name means (pure), `fsops` acts on the
-//! file system beneath the root fd. Whiteouts never remove what the same
-//! layer created: every path the layer creates is remembered, and removal
-//! walks spare those paths (so an opaque marker may come after the entries
-//! of its own layer).
+//! file system beneath the root fd, `writer` finishes small files on other
+//! cores (`UnpackOptions::writer_threads`). Whiteouts never remove what the
+//! same layer created: every path the layer creates is remembered, and
+//! removal walks spare those paths (so an opaque marker may come after the
+//! entries of its own layer). A parent that is a symlink is an error, never
+//! followed; absolute names are taken relative to the root; `..` that would
+//! leave the root is an error.
 
 mod archive;
 mod fsops;

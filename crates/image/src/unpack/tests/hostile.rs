@@ -1,0 +1,243 @@
+//! Hostile archives (escapes through `..`, absolute names, symlinks and
+//! hard links) and malformed streams.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use tar::EntryType;
+
+use super::*;
+
+/// A directory outside the root holding one file, checked after each test.
+struct Outside {
+    dir: tempfile::TempDir,
+}
+
+impl Outside {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("victim"), b"untouched").unwrap();
+        Outside { dir }
+    }
+    fn path(&self) -> &str {
+        self.dir.path().to_str().unwrap()
+    }
+    fn assert_untouched(&self) {
+        let names: Vec<_> = fs::read_dir(self.dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("victim")]);
+        assert_eq!(
+            fs::read(self.dir.path().join("victim")).unwrap(),
+            b"untouched"
+        );
+        assert_eq!(
+            fs::metadata(self.dir.path().join("victim"))
+                .unwrap()
+                .nlink(),
+            1
+        );
+    }
+}
+
+#[test]
+fn hostile_dotdot_escape() {
+    let l = Layer::new()
+        .raw(b"../escape", EntryType::Regular, b"", b"x")
+        .build();
+    let (u, r) = unpack(&[l]);
+    let (entry, reason) = entry_err(r, 1);
+    assert_eq!(entry, "../escape");
+    assert!(reason.contains(".."), "{reason}");
+    assert!(!u.root.parent().unwrap().join("escape").exists());
+}
+
+#[test]
+fn hostile_inner_dotdot_escape() {
+    let l = Layer::new()
+        .raw(b"a/../../escape", EntryType::Regular, b"", b"x")
+        .build();
+    let (u, r) = unpack(&[l]);
+    let (entry, _) = entry_err(r, 1);
+    assert_eq!(entry, "a/../../escape");
+    assert!(!u.root.parent().unwrap().join("escape").exists());
+}
+
+#[test]
+fn hostile_absolute_name_lands_inside() {
+    let l = Layer::new()
+        .raw(b"/etc/x-runbox-test", EntryType::Regular, b"", b"in")
+        .build();
+    let u = unpack_ok(&[l]);
+    assert_eq!(u.read("etc/x-runbox-test"), "in");
+    assert!(!Path::new("/etc/x-runbox-test").exists());
+}
+
+#[test]
+fn hostile_symlink_then_write_through_it_same_layer() {
+    let out = Outside::new();
+    let l = Layer::new()
+        .symlink("evil", out.path())
+        .file("evil/x", b"pwned")
+        .build();
+    let (_u, r) = unpack(&[l]);
+    let (entry, reason) = entry_err(r, 1);
+    assert_eq!(entry, "evil/x");
+    assert!(reason.contains("symlink"), "{reason}");
+    out.assert_untouched();
+}
+
+#[test]
+fn hostile_symlink_from_lower_layer_written_through() {
+    let out = Outside::new();
+    let l1 = Layer::new()
+        .symlink("evil", out.path())
+        .symlink("rel", "../../..")
+        .build();
+    let l2 = Layer::new().file("evil/x", b"pwned").build();
+    let l3 = Layer::new().file("evil/victim", b"pwned").build();
+    let (_u, r) = unpack(&[l1.clone(), l2]);
+    let (_, reason) = entry_err(r, 2);
+    assert!(reason.contains("symlink"), "{reason}");
+    let (_u, r) = unpack(&[l1, l3]);
+    entry_err(r, 2);
+    out.assert_untouched();
+}
+
+#[test]
+fn hostile_symlink_replaced_by_file_is_not_followed() {
+    // A later regular file over a symlink replaces the link itself.
+    let out = Outside::new();
+    let victim = format!("{}/victim", out.path());
+    let l1 = Layer::new().symlink("v", &victim).build();
+    let l2 = Layer::new().file("v", b"pwned").build();
+    let u = unpack_ok(&[l1, l2]);
+    assert_eq!(u.read("v"), "pwned");
+    out.assert_untouched();
+}
+
+#[test]
+fn hostile_hardlink_dotdot_target() {
+    let out = Outside::new();
+    let l = Layer::new()
+        .raw(b"passwd", EntryType::Link, b"../../etc/passwd", b"")
+        .build();
+    let (_u, r) = unpack(&[l]);
+    let (entry, reason) = entry_err(r, 1);
+    assert_eq!(entry, "passwd");
+    assert!(reason.contains("hard link target"), "{reason}");
+    out.assert_untouched();
+}
+
+#[test]
+fn hostile_hardlink_absolute_target_resolves_inside() {
+    let out = Outside::new();
+    let victim = format!("{}/victim", out.path());
+    let l = Layer::new().hardlink("grab", &victim).build();
+    let (u, r) = unpack(&[l]);
+    let (_, reason) = entry_err(r, 1);
+    assert!(reason.contains("does not exist"), "{reason}");
+    assert!(!u.exists("grab"));
+    out.assert_untouched();
+    // Through a symlinked directory made by the archive: refused too.
+    let l = Layer::new()
+        .symlink("o", out.path())
+        .raw(b"grab2", EntryType::Link, b"o/victim", b"")
+        .build();
+    let (_u, r) = unpack(&[l]);
+    let (_, reason) = entry_err(r, 1);
+    assert!(reason.contains("symlink"), "{reason}");
+    out.assert_untouched();
+}
+
+#[test]
+fn hostile_whiteout_through_symlinked_dir() {
+    let out = Outside::new();
+    let l1 = Layer::new().symlink("link", out.path()).build();
+    let l2 = Layer::new().file("link/.wh.victim", b"").build();
+    let l3 = Layer::new().file("link/.wh..wh..opq", b"").build();
+    let (_u, r) = unpack(&[l1.clone(), l2]);
+    let (_, reason) = entry_err(r, 2);
+    assert!(reason.contains("symlink"), "{reason}");
+    let (_u, r) = unpack(&[l1, l3]);
+    entry_err(r, 2);
+    out.assert_untouched();
+}
+
+// ---- malformed streams -------------------------------------------------
+
+#[test]
+fn malformed_truncated_stream() {
+    let l = Layer::new().file("big", &[7u8; 5000]).build();
+    let (_u, r) = unpack(&[l[..512 + 1000].to_vec()]);
+    let (entry, reason) = entry_err(r, 1);
+    assert_eq!(entry, "big");
+    assert!(reason.contains("unexpected end"), "{reason}");
+    let (_u, r) = unpack(&[l[..300].to_vec()]);
+    let (_, reason) = entry_err(r, 1);
+    assert!(reason.contains("unexpected end"), "{reason}");
+}
+
+#[test]
+fn malformed_garbage_bytes() {
+    let garbage: Vec<u8> = (0..4096u32).map(|i| (i * 7919 % 251) as u8 | 1).collect();
+    let (_u, r) = unpack(&[garbage]);
+    let (_, reason) = entry_err(r, 1);
+    assert!(reason.contains("checksum"), "{reason}");
+}
+
+#[test]
+fn malformed_huge_pax_header() {
+    let mut h = hdr(EntryType::XHeader, 0o644, 0);
+    h.as_old_mut().name[..4].copy_from_slice(b"pax!");
+    h.set_size(1 << 40);
+    h.set_cksum();
+    let l = Layer::new()
+        .bytes(h.as_bytes())
+        .bytes(&[b'9'; 4096])
+        .build();
+    let (_u, r) = unpack(&[l]);
+    let (_, reason) = entry_err(r, 1);
+    assert!(reason.contains("PAX header"), "{reason}");
+}
+
+#[test]
+fn malformed_size_field_garbage() {
+    let mut h = hdr(EntryType::Regular, 0o644, 0);
+    h.as_old_mut().name[..4].copy_from_slice(b"file");
+    h.as_old_mut().size.copy_from_slice(b"12x45678901\0");
+    h.set_cksum();
+    let l = Layer::new().bytes(h.as_bytes()).build();
+    let (_u, r) = unpack(&[l]);
+    let (entry, reason) = entry_err(r, 1);
+    assert_eq!(entry, "file");
+    assert!(reason.contains("size"), "{reason}");
+    // A negative base-256 size.
+    let mut h = hdr(EntryType::Regular, 0o644, 0);
+    h.as_old_mut().name[..3].copy_from_slice(b"neg");
+    h.as_old_mut().size = [0xff; 12];
+    h.set_cksum();
+    let (_u, r) = unpack(&[Layer::new().bytes(h.as_bytes()).build()]);
+    let (_, reason) = entry_err(r, 1);
+    assert!(reason.contains("negative"), "{reason}");
+}
+
+#[test]
+fn empty_stream_and_permissions_of_root_entry() {
+    let (_u, r) = unpack(&[Vec::new()]);
+    assert_eq!(r.unwrap(), UnpackStats::default());
+    let l = Layer::new()
+        .dir_with("./", |h| {
+            h.set_mode(0o711);
+            h.set_mtime(42);
+        })
+        .build();
+    let u = unpack_ok(&[l]);
+    assert_eq!(
+        fs::metadata(&u.root).unwrap().permissions().mode() & 0o7777,
+        0o711
+    );
+    assert_eq!(fs::metadata(&u.root).unwrap().mtime(), 42);
+}
