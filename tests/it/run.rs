@@ -91,9 +91,17 @@ impl Drop for Box {
             .map(|d| d.flatten().collect())
             .unwrap_or_default();
         assert!(state.is_empty(), "state left behind: {state:?}");
-        let layers: Vec<_> = std::fs::read_dir(self.env.root().join("containers"))
-            .map(|d| d.flatten().collect())
-            .unwrap_or_default();
+        // Writable layers are deleted by a detached process: wait for it (bounded).
+        let mut layers: Vec<_> = Vec::new();
+        for _ in 0..500 {
+            layers = std::fs::read_dir(self.env.root().join("containers"))
+                .map(|d| d.flatten().map(|e| e.file_name()).collect())
+                .unwrap_or_default();
+            if layers.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         assert!(layers.is_empty(), "writable layers left behind: {layers:?}");
     }
 }

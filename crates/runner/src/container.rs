@@ -111,7 +111,7 @@ impl Cleanup<'_> {
         let mut first = Ok(());
         if self.layer && !self.cfg.keep {
             self.layer = false;
-            first = state::discard_layer(&self.cfg.containers_dir, &self.cfg.id);
+            first = state::discard_layer_in_background(&self.cfg.containers_dir, &self.cfg.id);
         }
         if let Some(dir) = self.state.take() {
             if !self.cfg.keep {
@@ -673,6 +673,15 @@ mod root_tests {
         let r = run(&spec_with(&["sh", "-c", "while :; do :; done"]), &cfg).unwrap();
         assert_eq!(r.exit, Exit::TimedOut);
         assert_eq!(std::fs::read_dir(&cfg.state_root).unwrap().count(), 0);
-        assert_eq!(std::fs::read_dir(&cfg.containers_dir).unwrap().count(), 0);
+        // Writable layers are deleted by a detached process: wait (bounded).
+        let mut left = usize::MAX;
+        for _ in 0..500 {
+            left = std::fs::read_dir(&cfg.containers_dir).unwrap().count();
+            if left == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(left, 0);
     }
 }
