@@ -241,3 +241,65 @@ fn empty_stream_and_permissions_of_root_entry() {
     );
     assert_eq!(fs::metadata(&u.root).unwrap().mtime(), 42);
 }
+
+/// Random header corruption (checksums fixed so the parser reads the bad
+/// fields) must end in Ok or a clean error: no panic, hang or escape.
+#[test]
+fn malformed_random_header_mutations() {
+    let out = Outside::new();
+    let base = Layer::new()
+        .dir("d", 0o755)
+        .file("d/f", &[1u8; 700])
+        .symlink("d/l", "f")
+        .hardlink("d/h", "d/f")
+        .pax(&[("path", b"p/x"), ("SCHILY.xattr.user.a", b"b")])
+        .file("ignored", b"pax")
+        .bytes(&super::kinds::gnu_sparse(
+            "s",
+            1 << 20,
+            &[(0, b"a"), (4096, b"b")],
+        ))
+        .build();
+    let headers: Vec<usize> = (0..base.len() / 512)
+        .filter(|&i| {
+            let b = &base[i * 512..i * 512 + 512];
+            b[257..262] == *b"ustar" || b[156] == b'x'
+        })
+        .collect();
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for _ in 0..300 {
+        let mut l = base.clone();
+        let h = headers[next() as usize % headers.len()];
+        for _ in 0..1 + next() % 4 {
+            let off = h * 512 + (next() % 512) as usize;
+            l[off] = match next() % 4 {
+                0 => 0,
+                1 => 0xff,
+                2 => b'7',
+                _ => next() as u8,
+            };
+        }
+        let mut hdr_bytes = [0u8; 512];
+        hdr_bytes.copy_from_slice(&l[h * 512..h * 512 + 512]);
+        let sum: u32 = hdr_bytes
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| {
+                if (148..156).contains(&i) {
+                    32
+                } else {
+                    u32::from(b)
+                }
+            })
+            .sum();
+        l[h * 512 + 148..h * 512 + 156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+        let (_u, _r) = unpack_with(&[l], 0);
+    }
+    out.assert_untouched();
+}

@@ -239,7 +239,7 @@ fn long_names_and_link_names() {
 
 /// An old-GNU `S` header; `chunks` are (offset, data); more than 4 chunks
 /// spill into extension blocks.
-fn gnu_sparse(name: &str, real_size: u64, chunks: &[(u64, &[u8])]) -> Vec<u8> {
+pub(super) fn gnu_sparse(name: &str, real_size: u64, chunks: &[(u64, &[u8])]) -> Vec<u8> {
     fn oct(dst: &mut [u8], v: u64) {
         let s = format!("{:0w$o}\0", v, w = dst.len() - 1);
         dst.copy_from_slice(s.as_bytes());
