@@ -13,8 +13,11 @@
 
 use std::io::{self, BufReader, Read};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::compress::{read_head, Compression, READ_BUFFER};
 use crate::digest::{Digest, Hasher, HashingReader};
@@ -47,6 +50,9 @@ pub struct LayerReader {
     pos: usize,
     /// Set once the worker has reported the end.
     end: Option<Result<(Digest, u64)>>,
+    /// Time the worker spent hashing the uncompressed stream (overlapped
+    /// with extraction), in nanoseconds.
+    hash_nanos: Arc<AtomicU64>,
     worker: Option<JoinHandle<()>>,
     file: PathBuf,
     layer: usize,
@@ -58,10 +64,12 @@ impl LayerReader {
         let (recycle, spare) = mpsc::channel();
         let file = spec.file.clone();
         let layer = spec.layer;
+        let hash_nanos = Arc::new(AtomicU64::new(0));
+        let worker_nanos = Arc::clone(&hash_nanos);
         let worker = std::thread::Builder::new()
             .name(format!("layer-{layer}"))
             .spawn(move || {
-                let end = produce(stored, &spec, &tx, &spare);
+                let end = produce(stored, &spec, &tx, &spare, &worker_nanos);
                 // The consumer may have gone away; nothing left to tell then.
                 let _ = tx.send(Msg::End(end));
             })
@@ -76,6 +84,7 @@ impl LayerReader {
             chunk: Vec::new(),
             pos: 0,
             end: None,
+            hash_nanos,
             worker: Some(worker),
             file,
             layer,
@@ -84,14 +93,24 @@ impl LayerReader {
 
     /// Drain what the tar parser left unread, then verify. Returns the diff_id
     /// (sha256 of the uncompressed stream) and the number of stored bytes read.
-    pub fn finish(mut self) -> Result<(Digest, u64)> {
+    pub fn finish(self) -> Result<(Digest, u64)> {
+        self.finish_timed().map(|(d, n, _)| (d, n))
+    }
+
+    /// `finish`, plus the time spent hashing the uncompressed stream on the
+    /// reader thread (it overlaps with extraction).
+    pub fn finish_timed(mut self) -> Result<(Digest, u64, Duration)> {
         while self.end.is_none() {
             self.next_message();
         }
         if let Some(w) = self.worker.take() {
             let _ = w.join();
         }
-        self.end.take().unwrap_or_else(|| Err(self.lost()))
+        let hashing = Duration::from_nanos(self.hash_nanos.load(Ordering::Relaxed));
+        self.end
+            .take()
+            .unwrap_or_else(|| Err(self.lost()))
+            .map(|(d, n)| (d, n, hashing))
     }
 
     fn lost(&self) -> Error {
@@ -159,6 +178,7 @@ fn produce(
     spec: &LayerSpec,
     tx: &SyncSender<Msg>,
     spare: &Receiver<Vec<u8>>,
+    hash_nanos: &AtomicU64,
 ) -> Result<(Digest, u64)> {
     let layer_err = |reason: String| Error::Layer {
         file: spec.file.clone(),
@@ -201,7 +221,9 @@ fn produce(
                 break;
             }
             chunk.truncate(n);
+            let t = Instant::now();
             diff.update(&chunk);
+            hash_nanos.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
             tx.send(Msg::Data(chunk)).map_err(|_| gone())?;
         }
     }

@@ -272,11 +272,14 @@ impl Store {
             let applied = unpacker.apply_layer(&mut progress, i + 1);
             let reader = progress.inner;
             report.extract += t.elapsed();
-            let t = Instant::now();
             // A digest mismatch explains a broken stream better than the
             // tar error it caused, so verify before reporting either.
-            let verified = reader.finish();
-            report.verify += t.elapsed();
+            let t = Instant::now();
+            let verified = reader.finish_timed().map(|(d, n, hashing)| {
+                // Hashing ran beside extraction; count it and the final drain.
+                report.verify += hashing + t.elapsed();
+                (d, n)
+            });
             let (diff_id, read) = match (applied, verified) {
                 (_, Err(e)) => return Err(with_file(e, &input.path)),
                 (Err(e), Ok(_)) => return Err(with_file(e, &input.path)),

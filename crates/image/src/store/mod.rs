@@ -82,7 +82,8 @@ pub struct LoadReport {
     pub resolve: Duration,
     /// Apply layers (decompression and hashing overlap with it).
     pub extract: Duration,
-    /// Drain and check layer digests after extraction.
+    /// Hashing the uncompressed layers (on the reader thread, overlapped
+    /// with extraction) plus the final drain and digest check.
     pub verify: Duration,
     /// Rename into place, write record and names.
     pub commit: Duration,
