@@ -376,6 +376,38 @@ pub fn checked(mut c: Command) -> Result<String, String> {
     }
 }
 
+/// Like [`checked`] for commands that leave a process behind (`run -d`):
+/// output goes to unnamed temp files, not pipes, because the detached
+/// container inherits them and a pipe would never reach end-of-file.
+pub fn checked_detached(mut c: Command) -> Result<String, String> {
+    use std::io::{Read, Seek};
+    let shown = describe(&c);
+    let tmp = |what: &str| {
+        tempfile::tempfile().map_err(|e| format!("{shown}: temp file for {what}: {e}"))
+    };
+    let (mut out, mut err) = (tmp("stdout")?, tmp("stderr")?);
+    let dup = |f: &std::fs::File| {
+        f.try_clone()
+            .map_err(|e| format!("{shown}: dup temp file: {e}"))
+    };
+    let status = c
+        .stdin(Stdio::null())
+        .stdout(dup(&out)?)
+        .stderr(dup(&err)?)
+        .status()
+        .map_err(|e| format!("{shown}: cannot start: {e}"))?;
+    let read = |f: &mut std::fs::File| {
+        let mut s = String::new();
+        let _ = f.rewind().and_then(|_| f.read_to_string(&mut s));
+        s
+    };
+    if status.success() {
+        Ok(read(&mut out))
+    } else {
+        Err(format!("{shown}: {status}: {}", read(&mut err).trim()))
+    }
+}
+
 pub fn describe(c: &Command) -> String {
     let mut s = c.get_program().to_string_lossy().into_owned();
     for a in c.get_args() {
@@ -492,6 +524,14 @@ impl Plan {
         iters: 10,
         max: Duration::from_secs(30),
     };
+
+    /// docker takes hundreds of ms per command: criterion's minimum of 10 samples.
+    pub fn few(self) -> Plan {
+        Plan {
+            samples: 10,
+            ..self
+        }
+    }
 }
 
 /// One benchmark: `prep` runs untimed before every iteration, `action` is

@@ -113,7 +113,7 @@ pub fn load(c: &mut Criterion, ctx: &Ctx) {
                 Outcome::of(c)
             })
             .with_prep(|| docker_rmi(img));
-            crate::harness::measure(ctx, &mut g, G, case, Mode::BackToBack, plan);
+            crate::harness::measure(ctx, &mut g, G, case, Mode::BackToBack, plan.few());
         }
         if peer("umoci", "umoci") {
             let image = format!("{}:latest", img.oci.display());
@@ -176,7 +176,7 @@ pub fn cold_run(c: &mut Criterion, ctx: &Ctx) {
                 Outcome::all(vec![load, run], false)
             })
             .with_prep(|| docker_rmi(img));
-            crate::harness::measure(ctx, &mut g, G, case, Mode::BackToBack, plan);
+            crate::harness::measure(ctx, &mut g, G, case, Mode::BackToBack, plan.few());
         }
     }
     g.finish();

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 
 use crate::harness::{
-    cgroup_hybrid, checked, crun, docker_up, peer, quiet, succeeds, wrap_crun_like, Case, Ctx,
-    Mode, Outcome, Plan,
+    cgroup_hybrid, checked, checked_detached, crun, docker_up, peer, quiet, succeeds,
+    wrap_crun_like, Case, Ctx, Mode, Outcome, Plan,
 };
 
 const MODES: [(Mode, &str); 2] = [
@@ -185,7 +185,7 @@ pub fn run(c: &mut Criterion, ctx: &Ctx) {
                     c.args([img.docker_ref.as_str(), "/bin/true"]);
                     Outcome::of(c)
                 });
-                crate::harness::measure(ctx, &mut g, G, case, mode, plan(mode));
+                crate::harness::measure(ctx, &mut g, G, case, mode, plan(mode).few());
             }
         }
     }
@@ -322,7 +322,12 @@ pub fn exec(c: &mut Criterion, ctx: &Ctx) {
             };
             for (mode, p) in MODES {
                 let case = Case::new(name, p, || Outcome::of(make(&t.handle)));
-                crate::harness::measure(ctx, &mut g, G, case, mode, plan(mode));
+                let budget = if name == "docker" {
+                    plan(mode).few()
+                } else {
+                    plan(mode)
+                };
+                crate::harness::measure(ctx, &mut g, G, case, mode, budget);
             }
             drop(t);
         };
@@ -347,7 +352,7 @@ pub fn exec(c: &mut Criterion, ctx: &Ctx) {
         let t = if ctx.list_only {
             Ok(dummy())
         } else {
-            checked(crun(&["run", "-d", "-b", &bundle, &id])).map(|_| {
+            checked_detached(crun(&["run", "-d", "-b", &bundle, &id])).map(|_| {
                 let mut stop = Command::new("crun");
                 stop.args(["delete", "-f", &id]);
                 Target {
@@ -371,7 +376,7 @@ pub fn exec(c: &mut Criterion, ctx: &Ctx) {
         } else {
             let mut start = Command::new("runc");
             start.args(["run", "-d", "-b", &bundle, &id]);
-            checked(start).map(|_| {
+            checked_detached(start).map(|_| {
                 let mut stop = Command::new("runc");
                 stop.args(["delete", "-f", &id]);
                 Target {
@@ -458,7 +463,7 @@ fn start_runbox_target(ctx: &Ctx, root: &Path, state: &Path) -> Result<Target, S
     let image = runbox_load(ctx, root, state, &ctx.busybox().docker_tar)?;
     let mut start = ctx.runbox(root, state);
     start.args(["run", "-d", &image, "--", "/bin/sleep", "100000"]);
-    let out = checked(start)?;
+    let out = checked_detached(start)?;
     let id = out
         .split_whitespace()
         .last()
