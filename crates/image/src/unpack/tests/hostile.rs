@@ -242,6 +242,29 @@ fn empty_stream_and_permissions_of_root_entry() {
     assert_eq!(fs::metadata(&u.root).unwrap().mtime(), 42);
 }
 
+#[test]
+fn hostile_links_to_outside_are_never_followed_by_links_or_removal() {
+    let out = Outside::new();
+    let victim = format!("{}/victim", out.path());
+    let l1 = Layer::new()
+        .symlink("s", &victim)
+        .hardlink("h", "s")
+        .symlink("d/dirlink", out.path())
+        .symlink("gone", out.path())
+        .build();
+    let l2 = Layer::new()
+        .file("d/.wh..wh..opq", b"")
+        .file(".wh.gone", b"")
+        .build();
+    let u = unpack_ok(&[l1, l2]);
+    // The hard link shares the symlink's inode, not the victim's.
+    assert!(u.meta("h").file_type().is_symlink());
+    assert_eq!(u.meta("h").ino(), u.meta("s").ino());
+    assert!(!u.exists("d/dirlink"));
+    assert!(!u.exists("gone"));
+    out.assert_untouched();
+}
+
 /// Random header corruption (checksums fixed so the parser reads the bad
 /// fields) must end in Ok or a clean error: no panic, hang or escape.
 #[test]
