@@ -305,6 +305,30 @@ fn volumes_tmpfs_and_read_only() {
     let o = b.run(&["--read-only", "sh", "-c", "touch /x"]);
     assert_ne!(code(&o), 0);
     assert!(!b.rootfs.join("x").exists());
+    // Existing mountpoints work on a read-only root; the image dir is never changed.
+    let o = b.run(&[
+        "--read-only",
+        "--tmpfs",
+        "/tmp",
+        "sh",
+        "-c",
+        "touch /tmp/ok && echo ok",
+    ]);
+    assert_eq!(stdout(&o), "ok\n", "{}", stderr(&o));
+    let o = b.run(&["--read-only", "-v", &rw, "true"]);
+    assert_eq!(
+        code(&o),
+        125,
+        "a missing mountpoint cannot be created: {}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("/deep"), "{}", stderr(&o));
+    for p in ["deep", "etc/hostname", "etc/hosts", "etc/resolv.conf"] {
+        assert!(
+            !b.rootfs.join(p).exists(),
+            "--read-only created {p} in the image"
+        );
+    }
     // Without --read-only writes land in the writable layer, not in the image.
     let o = b.run(&["sh", "-c", "touch /y && echo ok"]);
     assert_eq!(stdout(&o), "ok\n", "{}", stderr(&o));

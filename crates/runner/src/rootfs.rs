@@ -40,7 +40,8 @@ pub enum RootfsMode {
         upper: PathBuf,
         work: PathBuf,
     },
-    /// The image dir itself, bind-mounted (read-only when the spec says so).
+    /// The image dir itself, bind-mounted read-only (`--read-only`): missing
+    /// mountpoints cannot be created in it (the /etc files are then skipped).
     Bind { dir: PathBuf },
 }
 
@@ -80,6 +81,12 @@ pub enum Step {
         target: PathBuf,
         link: PathBuf,
     },
+    /// A file runbox provides (/etc/hosts...), bound like `Bind`; skipped when
+    /// a read-only root lacks the file and it cannot be created.
+    EtcFile {
+        source: PathBuf,
+        dest: PathBuf,
+    },
     /// /dev/null over a file, read-only empty tmpfs over a directory; missing is fine.
     Mask(PathBuf),
     /// Bind onto itself read-only; missing is fine.
@@ -107,6 +114,7 @@ impl MountPlan {
                 readonly,
                 ..
             } => Some((source.as_path(), *recursive, *readonly)),
+            Step::EtcFile { source, .. } => Some((source.as_path(), false, false)),
             _ => None,
         })
     }
@@ -296,11 +304,9 @@ pub fn plan(spec: &Spec, mode: RootfsMode, target: PathBuf, host: &HostFiles) ->
     }
     for (dest, source) in &host.etc {
         let dest = clean_container_path(dest);
-        steps.push(Step::Bind {
+        steps.push(Step::EtcFile {
             source: source.clone(),
             dest,
-            recursive: false,
-            readonly: false,
         });
     }
     if let Some(linux) = spec.linux() {
@@ -461,6 +467,9 @@ pub fn apply(plan: &MountPlan) -> std::result::Result<(), StepError> {
                 none,
             )
             .map_err(err("bind-mount rootfs", dir))?;
+            // Read-only from the start: the image dir is shared and must never change.
+            let ro = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+            mount(none, target, none, ro, none).map_err(err("remount read-only", target))?;
         }
     }
     // Host sources, detached before they become unreachable.
@@ -520,14 +529,19 @@ pub fn apply(plan: &MountPlan) -> std::result::Result<(), StepError> {
                     .map_err(err("mount cgroup2 on", dest))?;
                 }
             }
-            Step::Bind { dest, .. } => {
+            Step::Bind { dest, .. } | Step::EtcFile { dest, .. } => {
                 let (tree, is_dir) = trees.next().ok_or(StepError {
                     op: "bind",
                     path: dest.clone(),
                     errno: Errno::EINVAL,
                 })?;
                 check_destination(dest, None, fresh_dev)?;
-                ensure_mountpoint(dest, !is_dir)?;
+                match ensure_mountpoint(dest, !is_dir) {
+                    Err(e) if e.errno == Errno::EROFS && matches!(step, Step::EtcFile { .. }) => {
+                        continue
+                    }
+                    r => r?,
+                }
                 syscall::move_mount_to(tree.as_fd(), &cstr(dest)?)
                     .map_err(err("bind-mount onto", dest))?;
             }
@@ -709,6 +723,10 @@ mod tests {
         assert!(binds.contains(&PathBuf::from("/dev/null")));
         assert!(binds.contains(&PathBuf::from("/dev/pts/7")));
         assert!(binds.contains(&PathBuf::from("/run/runbox/x/hosts")));
+        assert!(s.contains(&Step::EtcFile {
+            source: "/run/runbox/x/hosts".into(),
+            dest: "/etc/hosts".into()
+        }));
         assert!(s.contains(&Step::Symlink {
             target: "pts/ptmx".into(),
             link: "/dev/ptmx".into()

@@ -175,6 +175,18 @@ fn empty_trash_in_background(containers_dir: &Path) -> bool {
             // Double fork: the deleter is reparented to init, no zombie here.
             if let Ok(Forked::Child) = fork() {
                 let _ = nix::unistd::setsid();
+                // Let go of runbox's stdio: whoever reads it (`$(runbox run ...)`,
+                // a pipe) must see EOF when runbox exits, not when this does.
+                if let Ok(null) = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open("/dev/null")
+                {
+                    use std::os::fd::AsRawFd;
+                    for fd in 0..=2 {
+                        let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
+                    }
+                }
                 empty_trash(containers_dir);
             }
             crate::syscall::exit_now(0)
