@@ -95,7 +95,12 @@ impl Drop for Box {
         let mut layers: Vec<_> = Vec::new();
         for _ in 0..500 {
             layers = std::fs::read_dir(self.env.root().join("containers"))
-                .map(|d| d.flatten().map(|e| e.file_name()).collect())
+                .map(|d| {
+                    d.flatten()
+                        .map(|e| e.file_name())
+                        .filter(|n| !n.to_string_lossy().starts_with(".spare-"))
+                        .collect()
+                })
                 .unwrap_or_default();
             if layers.is_empty() {
                 break;

@@ -278,8 +278,10 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
     if let RootfsMode::Overlay { upper, work, .. } = &mode {
         mk.extend([upper.clone(), work.clone()]);
     }
-    for d in &mk {
-        std::fs::create_dir_all(d).map_err(|e| Error::io("create", d, e))?;
+    if !state::take_spare_layer(&cfg.containers_dir, &cfg.id) {
+        for d in &mk {
+            std::fs::create_dir_all(d).map_err(|e| Error::io("create", d, e))?;
+        }
     }
 
     let pty = if cfg.tty {
@@ -635,6 +637,13 @@ mod root_tests {
             .unwrap();
         spec.set_process(Some(process));
         spec.set_hostname(Some("box".into()));
+        // oci-spec's default root is read-only; these tests use the overlay.
+        let root = oci_spec::runtime::RootBuilder::default()
+            .path("rootfs")
+            .readonly(false)
+            .build()
+            .unwrap();
+        spec.set_root(Some(root));
         spec
     }
 
@@ -676,7 +685,15 @@ mod root_tests {
         // Writable layers are deleted by a detached process: wait (bounded).
         let mut left = usize::MAX;
         for _ in 0..500 {
-            left = std::fs::read_dir(&cfg.containers_dir).unwrap().count();
+            left = std::fs::read_dir(&cfg.containers_dir)
+                .unwrap()
+                .flatten()
+                .filter(|e| {
+                    !e.file_name()
+                        .to_string_lossy()
+                        .starts_with(state::SPARE_PREFIX)
+                })
+                .count();
             if left == 0 {
                 break;
             }

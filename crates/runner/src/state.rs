@@ -12,7 +12,9 @@
 //! with its writable layer. Writable layers being deleted are first renamed to
 //! `containers/.trash-<id>` (so a half-deleted layer is never mistaken for a
 //! live one) and deleted by a detached process, so runbox does not wait for
-//! the filesystem; the next run finishes a job a killed deleter left.
+//! the filesystem; the next run finishes a job a killed deleter left. That
+//! process also leaves one empty layer, `containers/.spare-<pid>`, which the
+//! next start renames to its id instead of making directories.
 
 use std::fs::File;
 use std::io::Write;
@@ -199,14 +201,59 @@ fn empty_trash_in_background(containers_dir: &Path) -> bool {
     }
 }
 
+/// Empties the trash, then leaves one spare writable layer for the next run.
 fn empty_trash(containers_dir: &Path) {
+    let mut spares = 0;
     if let Ok(entries) = std::fs::read_dir(containers_dir) {
         for entry in entries.flatten() {
-            if entry.file_name().to_string_lossy().starts_with(".trash-") {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let my_tmp = format!("{SPARE_PREFIX}{}.tmp", std::process::id());
+            // A `.tmp` spare of another process was left by a killed deleter.
+            if name.starts_with(".trash-") || (name.ends_with(".tmp") && name != my_tmp) {
                 let _ = std::fs::remove_dir_all(entry.path());
+            } else if name.starts_with(SPARE_PREFIX) && !name.contains(".tmp") {
+                spares += 1;
             }
         }
     }
+    if spares == 0 {
+        let _ = make_spare(containers_dir);
+    }
+}
+
+/// Name prefix of ready-made empty writable layers.
+pub const SPARE_PREFIX: &str = ".spare-";
+
+/// Creates `.spare-<pid>` with empty `upper`, `work` and `merged`, built
+/// under a temporary name and renamed so it appears complete.
+fn make_spare(containers_dir: &Path) -> std::io::Result<()> {
+    let pid = std::process::id();
+    let tmp = containers_dir.join(format!("{SPARE_PREFIX}{pid}.tmp"));
+    for sub in ["upper", "work", "merged"] {
+        std::fs::create_dir_all(tmp.join(sub))?;
+    }
+    std::fs::rename(&tmp, containers_dir.join(format!("{SPARE_PREFIX}{pid}")))
+}
+
+/// Moves a spare writable layer (made in the background after an earlier
+/// run) to `containers/<id>`, sparing the start its mkdirs, which are slow
+/// on ext4 right after deletions. False when there is none to take.
+pub fn take_spare_layer(containers_dir: &Path, id: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir(containers_dir) else {
+        return false;
+    };
+    let dst = containers_dir.join(id);
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // Another run may take the same spare first: rename decides.
+        if name.starts_with(SPARE_PREFIX)
+            && !name.ends_with(".tmp")
+            && std::fs::rename(entry.path(), &dst).is_ok()
+        {
+            return true;
+        }
+    }
+    false
 }
 
 /// Removes what SIGKILLed runs left: unlocked `running`/`created` state dirs
