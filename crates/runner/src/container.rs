@@ -278,10 +278,10 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
     if let RootfsMode::Overlay { upper, work, .. } = &mode {
         mk.extend([upper.clone(), work.clone()]);
     }
-    if !state::take_spare_layer(&cfg.containers_dir, &cfg.id) {
-        for d in &mk {
-            std::fs::create_dir_all(d).map_err(|e| Error::io("create", d, e))?;
-        }
+    // A spare saves the mkdirs; create_dir_all then only checks.
+    state::take_spare_layer(&cfg.containers_dir, &cfg.id);
+    for d in &mk {
+        std::fs::create_dir_all(d).map_err(|e| Error::io("create", d, e))?;
     }
 
     let pty = if cfg.tty {

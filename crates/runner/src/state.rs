@@ -207,9 +207,16 @@ fn empty_trash(containers_dir: &Path) {
     if let Ok(entries) = std::fs::read_dir(containers_dir) {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let my_tmp = format!("{SPARE_PREFIX}{}.tmp", std::process::id());
-            // A `.tmp` spare of another process was left by a killed deleter.
-            if name.starts_with(".trash-") || (name.ends_with(".tmp") && name != my_tmp) {
+            // An old `.tmp` spare was left by a killed deleter (a young one
+            // may be in the making by a concurrent deleter: leave it).
+            let stale_tmp = name.ends_with(".tmp")
+                && entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > std::time::Duration::from_secs(60));
+            if name.starts_with(".trash-") || stale_tmp {
                 let _ = std::fs::remove_dir_all(entry.path());
             } else if name.starts_with(SPARE_PREFIX) && !name.contains(".tmp") {
                 spares += 1;
