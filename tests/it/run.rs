@@ -246,7 +246,7 @@ fn tty_gives_a_terminal() {
         return;
     };
     let inner = format!(
-        "{} --root {} --state {} run --rootfs {} -t sh -c 'test -t 0 && test -t 1 && echo is-a-tty; exit 5'",
+        "{} --root {} --state {} run --rootfs {} -t sh -c 'test -t 0 && test -t 1 && test -c /dev/console && echo is-a-tty; exit 5'",
         crate::common::runbox_bin().display(),
         b.env.root().display(),
         b.env.state().display(),
@@ -545,4 +545,28 @@ fn debris_of_a_killed_runbox_is_reaped_by_the_next_run() {
     // The container died with runbox (parent-death signal): the next run reaps it.
     let o = b.run(&["true"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+#[test]
+fn timings_are_reported_as_text_or_json() {
+    let Some(b) = Box::new("timings_are_reported_as_text_or_json") else {
+        return;
+    };
+    let o = b.run(&["--timings=json", "true"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let line = stderr(&o).lines().last().unwrap_or_default().to_string();
+    let v: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    for k in ["resolve_ms", "mount_ms", "spawn_ms", "run_ms", "cleanup_ms"] {
+        assert!(v[k].as_f64().is_some_and(|ms| ms >= 0.0), "{k} in {line}");
+    }
+    assert!(
+        v["mount_ms"].as_f64().unwrap() > 0.0,
+        "the child reports its mount time: {line}"
+    );
+    let o = b.run(&["--timings", "true"]);
+    let err = stderr(&o);
+    for k in ["resolve", "mount", "spawn", "run", "cleanup"] {
+        assert!(err.contains(&format!("{k} ")), "{err}");
+    }
 }

@@ -172,7 +172,25 @@ pub fn discard_layer_in_background(containers_dir: &Path, id: &str) -> Result<()
 /// false when it could not be started.
 fn empty_trash_in_background(containers_dir: &Path) -> bool {
     use crate::syscall::{fork, Forked};
-    match fork() {
+    use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow, Signal};
+    // The deleter keeps these blocked for life: a terminal hangup or ^C aimed
+    // at runbox's process group must not kill it before setsid (or after).
+    let mut block = SigSet::empty();
+    for sig in [
+        Signal::SIGHUP,
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGQUIT,
+    ] {
+        block.add(sig);
+    }
+    let mut old = SigSet::empty();
+    let blocked = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&block), Some(&mut old)).is_ok();
+    let forked = fork();
+    if blocked && !matches!(forked, Ok(Forked::Child)) {
+        let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+    }
+    match forked {
         Ok(Forked::Child) => {
             // Double fork: the deleter is reparented to init, no zombie here.
             if let Ok(Forked::Child) = fork() {
