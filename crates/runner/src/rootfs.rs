@@ -380,9 +380,10 @@ fn ensure_mountpoint(dest: &Path, file: bool) -> std::result::Result<(), StepErr
     let create = || {
         if file {
             std::fs::OpenOptions::new()
+                // create_new: an existing file is not opened for writing, which
+                // on overlayfs would copy it up.
                 .write(true)
-                .create(true)
-                .truncate(false)
+                .create_new(true)
                 .open(dest)
                 .map(drop)
         } else {
