@@ -246,31 +246,55 @@ impl Filter {
         f
     }
 
-    /// Whether criterion would run the benchmark with this full id. Plain
-    /// text and `^`/`$` anchors are matched exactly as the regex would; any
-    /// other regex is assumed to match.
+    /// Whether criterion would run the benchmark with this full id. The
+    /// regex subset people type (literals, `^`, `$`, `.`, `.*`, top-level
+    /// `|`) is matched as the regex would; anything richer is assumed to
+    /// match, so setup is never wrongly skipped.
     pub fn matches(&self, id: &str) -> bool {
         let Some(p) = &self.pattern else { return true };
         if self.exact {
             return p == id;
         }
-        let (start, core) = p
-            .strip_prefix('^')
-            .map_or((false, p.as_str()), |r| (true, r));
-        let (end, core) = core.strip_suffix('$').map_or((false, core), |r| (true, r));
-        if core.contains(|c: char| "^$.*+?()[]{}|\\".contains(c)) {
-            return true;
-        }
-        match (start, end) {
-            (true, true) => id == core,
-            (true, false) => id.starts_with(core),
-            (false, true) => id.ends_with(core),
-            (false, false) => id.contains(core),
-        }
+        p.split('|')
+            .any(|alt| match_simple(alt, id).unwrap_or(true))
     }
 
     pub fn any(&self, ids: &[String]) -> bool {
         ids.iter().any(|id| self.matches(id))
+    }
+}
+
+/// One alternative of a filter: `Some(matched)`, or `None` when it uses
+/// regex syntax beyond `^ $ . .*`.
+fn match_simple(alt: &str, id: &str) -> Option<bool> {
+    let (anchored, rest) = alt.strip_prefix('^').map_or((false, alt), |r| (true, r));
+    let (to_end, body) = rest.strip_suffix('$').map_or((false, rest), |r| (true, r));
+    if body.contains(|c: char| "^$+?()[]{}\\".contains(c)) || body.replace(".*", "").contains('*') {
+        return None;
+    }
+    let pat: Vec<char> = body.chars().collect();
+    let text: Vec<char> = id.chars().collect();
+    let starts: Vec<usize> = if anchored {
+        vec![0]
+    } else {
+        (0..=text.len()).collect()
+    };
+    Some(
+        starts
+            .into_iter()
+            .any(|s| match_here(&pat, &text[s..], to_end)),
+    )
+}
+
+/// Backtracking match of `.`, `.*` and literals at the start of `text`.
+fn match_here(pat: &[char], text: &[char], to_end: bool) -> bool {
+    match pat {
+        [] => !to_end || text.is_empty(),
+        ['.', '*', rest @ ..] => (0..=text.len()).any(|k| match_here(rest, &text[k..], to_end)),
+        [c, rest @ ..] => match text.split_first() {
+            Some((t, tail)) if *c == '.' || c == t => match_here(rest, tail, to_end),
+            _ => false,
+        },
     }
 }
 
@@ -440,17 +464,27 @@ impl Outcome {
         let mut o = Outcome::default();
         if parallel {
             let mut children = Vec::with_capacity(cmds.len());
+            let checking = CHECKING.load(Ordering::Relaxed);
             for c in cmds {
                 let shown = describe(&c);
-                match quiet(c).spawn() {
+                let mut c = quiet(c);
+                if checking {
+                    // The check run: keep stderr, it says why a command fails.
+                    c.stderr(Stdio::piped());
+                }
+                match c.spawn() {
                     Ok(ch) => children.push((shown, ch)),
                     Err(e) => o.fail(format!("{shown}: cannot start: {e}")),
                 }
             }
-            for (shown, mut ch) in children {
-                match ch.wait() {
-                    Ok(s) if s.success() => o.runs += 1,
-                    Ok(s) => o.fail(format!("{shown}: {s}")),
+            for (shown, ch) in children {
+                match ch.wait_with_output() {
+                    Ok(out) if out.status.success() => o.runs += 1,
+                    Ok(out) => o.fail(format!(
+                        "{shown}: {}: {}",
+                        out.status,
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    )),
                     Err(e) => o.fail(format!("{shown}: wait: {e}")),
                 }
             }
@@ -519,9 +553,10 @@ impl Plan {
         iters: 30,
         max: Duration::from_secs(3),
     };
+    /// Half a run per sample asked: criterion does at least one, so 10 in all.
     pub const SLOW: Plan = Plan {
         samples: 10,
-        iters: 10,
+        iters: 5,
         max: Duration::from_secs(30),
     };
 
@@ -659,6 +694,11 @@ pub fn measure(
             })
         },
     );
+    if ctx.list_only || runs.get() == 0 {
+        // Listed only, or filtered out by criterion with a regex that
+        // Filter could not read.
+        return;
+    }
     let err = first_error.take().unwrap_or_default();
     ctx.note(&id, "measured", runs.get(), failed.get(), &err);
     if failed.get() > 0 || case.always_report {
@@ -685,7 +725,19 @@ pub fn max_rss_kib(cmd: &Command) -> Result<u64, String> {
     c.env(MAXRSS_ENV, "1")
         .arg(cmd.get_program())
         .args(cmd.get_args());
-    let out = checked(c).map_err(|e| format!("{}: {e}", describe(cmd)))?;
+    let shown = describe(cmd);
+    let out = c
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{shown}: cannot start the measurer: {e}"))?;
+    if !out.status.success() {
+        // The measurer printed the command's own failure on stderr.
+        return Err(format!(
+            "{shown}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let out = String::from_utf8_lossy(&out.stdout);
     out.trim()
         .strip_prefix("maxrss_kib=")
         .and_then(|v| v.parse().ok())

@@ -353,6 +353,19 @@ pub fn memory(ctx: &Ctx, out: &Path) {
             "max_rss_kib": kib, "median_kib": median,
         }));
     }
+    // Keep an earlier run's entries for what this run did not measure
+    // (`cargo bench -- memory/runbox-run` must not drop the load numbers).
+    let fresh_ids: Vec<serde_json::Value> =
+        rows.iter().filter_map(|r| r.get("id").cloned()).collect();
+    let earlier: Vec<serde_json::Value> = std::fs::read(out)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v.get("entries").and_then(|e| e.as_array().cloned()))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.get("id").is_some_and(|id| !fresh_ids.contains(id)))
+        .collect();
+    let rows: Vec<serde_json::Value> = earlier.into_iter().chain(rows).collect();
     let doc = serde_json::json!({
         "what": "peak RSS (getrusage RUSAGE_CHILDREN ru_maxrss) of the command and the processes it waited for",
         "entries": rows,
