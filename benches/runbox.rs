@@ -16,6 +16,8 @@ use criterion::Criterion;
 mod harness;
 #[path = "support/images.rs"]
 mod images;
+#[path = "support/rss.rs"]
+mod rss;
 #[path = "support/starts.rs"]
 mod starts;
 
@@ -44,8 +46,8 @@ fn criterion_dir() -> PathBuf {
 }
 
 fn main() -> ExitCode {
-    if std::env::var_os(harness::MAXRSS_ENV).is_some() {
-        return harness::maxrss_child_main();
+    if std::env::var_os(rss::MAXRSS_ENV).is_some() {
+        return rss::maxrss_child_main();
     }
     let args: Vec<String> = std::env::args().collect();
     let list_only = args.iter().any(|a| a == "--list");

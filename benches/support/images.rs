@@ -11,9 +11,7 @@ use std::process::Command;
 
 use criterion::Criterion;
 
-use crate::harness::{
-    docker_up, max_rss_kib, peer, succeeds, Case, Ctx, Image, Mode, Outcome, Plan,
-};
+use crate::harness::{docker_up, peer, succeeds, Case, Ctx, Image, Mode, Outcome, Plan};
 use crate::starts::runbox_load;
 
 fn ids(group: &str, names: &[&str], params: &[&str]) -> Vec<String> {
@@ -321,7 +319,7 @@ pub fn memory(ctx: &Ctx, out: &Path) {
         let mut kib = Vec::new();
         let mut error = None;
         for _ in 0..REPS {
-            match max_rss_kib(&make()) {
+            match crate::rss::max_rss_kib(&make()) {
                 Ok(k) => kib.push(k),
                 Err(e) => {
                     error = Some(e);
