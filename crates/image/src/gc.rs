@@ -148,25 +148,29 @@ pub fn prune(store: &Store, opts: &PruneOptions) -> Result<PruneReport> {
             kept_chains.insert(rec.chain_id.clone());
         }
     }
+    let doomed_ids: HashSet<Digest> = doomed.iter().map(|r| r.id.clone()).collect();
     for rec in doomed {
-        if kept_chains.contains(&rec.chain_id) {
-            // Another image keeps the rootfs; only the record goes.
-            if !opts.dry_run {
-                store.forget_record(&rec)?;
-            }
-            report.images.push(rec);
-            continue;
-        }
         let Some(_locks) = store.try_lock_chain_exclusive(&rec.chain_id)? else {
-            kept_chains.insert(rec.chain_id.clone());
             report.in_use.push(rec);
             continue;
         };
+        // Decided under the locks: a load that shares this chain writes its
+        // record while it holds the unpack lock.
+        let shared = kept_chains.contains(&rec.chain_id)
+            || store
+                .records()?
+                .iter()
+                .any(|r| r.chain_id == rec.chain_id && !doomed_ids.contains(&r.id));
         if !opts.dry_run {
             store.forget_record(&rec)?;
-            store.trash(&rec.rootfs)?;
+            if !shared && !store.records()?.iter().any(|r| r.chain_id == rec.chain_id) {
+                store.trash(&rec.rootfs)?;
+            }
         }
         report.images.push(rec);
+    }
+    if !opts.dry_run {
+        remove_corrupt_records(store)?;
     }
     report.debris.extend(orphan_rootfs(store, opts.dry_run)?);
     if !opts.dry_run {
@@ -221,6 +225,26 @@ fn drop_dangling_refs(store: &Store) -> Result<()> {
             if target.is_none_or(|id| !ids.contains(&id)) {
                 remove_if_exists(&entry.path())?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// Records torn by a crash (they are written without fsync); `records()`
+/// skips them, so they would otherwise stay forever.
+fn remove_corrupt_records(store: &Store) -> Result<()> {
+    let dir = store.root().join("images");
+    for entry in fs::read_dir(&dir).ctx("list", &dir)? {
+        let entry = entry.ctx("list", &dir)?;
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "json")
+            && older_than(&path, ORPHAN_GRACE)
+            && fs::read(&path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<ImageRecord>(&b).ok())
+                .is_none()
+        {
+            remove_if_exists(&path)?;
         }
     }
     Ok(())

@@ -214,13 +214,13 @@ impl Store {
         let id = Digest::of(&config_bytes);
         let chain = chain_id(&diff_ids).expect("one layer");
         let rootfs = self.rootfs_path(&chain);
-        {
-            let _unpack_lock = lock_file(&self.lock_path(&chain, "unpack"), Lock::Exclusive)?;
-            if rootfs.is_dir() {
-                report.unpacked = false;
-            } else {
-                fs::rename(&target, &rootfs).ctx("rename unpacked image into", &rootfs)?;
-            }
+        // Held until the record is written, so that `prune` never sees our
+        // rootfs without its record.
+        let _unpack_lock = lock_file(&self.lock_path(&chain, "unpack"), Lock::Exclusive)?;
+        if rootfs.is_dir() {
+            report.unpacked = false;
+        } else {
+            fs::rename(&target, &rootfs).ctx("rename unpacked image into", &rootfs)?;
         }
         let mut image = report.image.clone();
         image.id = id;

@@ -22,17 +22,26 @@ pub(super) struct Session {
 
 impl Session {
     pub(super) fn new(store: &Store) -> Result<Session> {
-        let name = format!("{}.{:08x}", std::process::id(), rand::random::<u32>());
         let tmp = store.root().join("tmp");
-        let lock_path = tmp.join(format!("{name}.lock"));
-        let lock = lock_file(&lock_path, Lock::Exclusive)?;
-        // A sweeper may have taken and unlinked the fresh file before we locked it.
-        if !same_file(&lock, &lock_path) {
-            return Err(Error::Invalid(format!(
-                "session lock `{}` vanished",
-                lock_path.display()
-            )));
-        }
+        let mut attempts = 0;
+        let (name, lock_path, lock) = loop {
+            let name = format!("{}.{:08x}", std::process::id(), rand::random::<u32>());
+            let lock_path = tmp.join(format!("{name}.lock"));
+            let lock = lock_file(&lock_path, Lock::Exclusive)?;
+            // A sweeper may have taken and unlinked the fresh file before we
+            // locked it: then take another name.
+            if same_file(&lock, &lock_path) {
+                break (name, lock_path, lock);
+            }
+            attempts += 1;
+            if attempts == 5 {
+                return Err(Error::Invalid(format!(
+                    "session lock `{}` keeps vanishing",
+                    lock_path.display()
+                )));
+            }
+        };
+        let _ = &lock_path;
         let dir = tmp.join(&name);
         fs::create_dir(&dir).ctx("create session directory", &dir)?;
         Ok(Session {

@@ -133,6 +133,12 @@ impl Store {
                 fs::create_dir_all(&p).ctx("create store directory", &p)?;
             }
         }
+        // Images may hold setuid files, capabilities and device nodes: only
+        // root may reach into the store (docker keeps its root 0710/0700).
+        private_dir(&store.root, 0o711)?;
+        for dir in ["rootfs", "tmp", "containers", "trash"] {
+            private_dir(&store.root.join(dir), 0o700)?;
+        }
         Ok(store)
     }
 
@@ -241,8 +247,9 @@ impl Store {
             };
             match self.read_record(&id) {
                 Ok(r) => out.push(r),
-                // Removed by a concurrent rmi between listing and reading.
-                Err(Error::ImageNotFound(_)) => {}
+                // Removed by a concurrent rmi between listing and reading; or
+                // torn by a crash (no fsync): `prune` removes it.
+                Err(Error::ImageNotFound(_)) | Err(Error::Corrupt { .. }) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -277,6 +284,9 @@ impl Store {
         for name in names {
             let name = normalize_name(name)?;
             let path = self.root.join("refs").join(escape_name(&name));
+            if fs::read_to_string(&path).is_ok_and(|t| t.trim() == id.as_str()) {
+                continue;
+            }
             write_atomic(&path, id.as_str().as_bytes())?;
         }
         Ok(())
@@ -362,6 +372,14 @@ impl Store {
     /// Holds the image's rootfs against removal while a container uses it.
     pub fn pin(&self, image: &ImageRecord) -> Result<ImagePin> {
         let lock = lock_file(&self.lock_path(&image.chain_id, "use"), Lock::Shared)?;
+        // rmi and prune remove under the exclusive lock: once we hold ours,
+        // the image is either gone already or stays.
+        if !self.record_path(&image.id).exists() || !image.rootfs.is_dir() {
+            return Err(Error::ImageNotFound(format!(
+                "{} (removed while starting)",
+                image.id
+            )));
+        }
         Ok(ImagePin { _lock: lock })
     }
 
@@ -369,21 +387,21 @@ impl Store {
     /// image shares it. Fails if a running container uses the rootfs.
     pub fn remove(&self, reference: &str) -> Result<ImageRecord> {
         let rec = self.lookup(reference)?;
+        let Some(_locks) = self.try_lock_chain_exclusive(&rec.chain_id)? else {
+            return Err(Error::InUse {
+                id: rec.id.hex()[..12].to_string(),
+                container: "a running container".into(),
+            });
+        };
+        // Decided under the locks: a concurrent load of an image with the
+        // same layers writes its record while holding the unpack lock.
         let shared = self
             .records()?
             .iter()
             .any(|r| r.id != rec.id && r.chain_id == rec.chain_id);
+        self.forget_record(&rec)?;
         if !shared {
-            let Some(_locks) = self.try_lock_chain_exclusive(&rec.chain_id)? else {
-                return Err(Error::InUse {
-                    id: rec.id.hex()[..12].to_string(),
-                    container: "a running container".into(),
-                });
-            };
-            self.forget_record(&rec)?;
             self.trash(&rec.rootfs)?;
-        } else {
-            self.forget_record(&rec)?;
         }
         Ok(rec)
     }
@@ -440,6 +458,16 @@ impl Store {
         let dst = self.trash_dir().join(name);
         fs::rename(path, &dst).ctx("move to trash", path)
     }
+}
+
+/// Creates `path` if needed and makes its mode exactly `mode`.
+fn private_dir(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = fs::metadata(path).ctx("stat", path)?;
+    if meta.permissions().mode() & 0o7777 != mode {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).ctx("chmod", path)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -519,5 +547,20 @@ mod tests {
         assert_eq!(store.lookup(id.as_str()).unwrap().id, id);
         assert!(matches!(store.lookup("nope"), Err(Error::ImageNotFound(_))));
         assert_eq!(got.config["config"]["Env"][0], "A=1");
+    }
+
+    #[test]
+    fn store_directories_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("store");
+        fs::create_dir(&root).unwrap();
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o777)).unwrap();
+        let store = Store::open(&root).unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(store.root()), 0o711);
+        for sub in ["rootfs", "tmp", "containers", "trash"] {
+            assert_eq!(mode(&root.join(sub)), 0o700, "{sub}");
+        }
     }
 }
