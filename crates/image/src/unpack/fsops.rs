@@ -4,8 +4,12 @@
 //! O_NOFOLLOW on kernels without openat2, so no symlink is ever followed
 //! and nothing outside the root is touched. Final components are created
 //! with *at() calls and O_EXCL/O_NOFOLLOW; an existing entry is unlinked
-//! first. The parent fd of the last entry is cached: tar entries mostly
-//! share a parent, and each cache miss costs one openat2.
+//! first. Metadata (owner, mode, xattrs, times) is only ever set through an
+//! fd of the new node, never by name: a name can be swapped for a symlink
+//! or a hard link to a host file between two calls. Nodes that cannot be
+//! opened for I/O are opened O_PATH and checked (`open_new_node`). The
+//! parent fd of the last entry is cached: tar entries mostly share a
+//! parent, and each cache miss costs one openat2.
 
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -125,42 +129,90 @@ pub(crate) fn apply_meta_fd(
     Ok(())
 }
 
-/// Metadata of an entry that cannot be opened (symlink, device, fifo):
-/// everything by name relative to its parent, never following the name.
-pub(crate) fn apply_meta_at(
+/// Opens, without following, the node just created as `name` (symlink,
+/// device or fifo: nothing that may be opened for I/O) as an O_PATH fd and
+/// checks that it is still the node made here: the type asked for, a single
+/// link, and for devices the device number. Someone who can write in the
+/// parent could swap the name between the create call and this open (for a
+/// symlink to a host file, or a hard link to one); such a swap is refused,
+/// and all metadata then goes through the fd, never by name again.
+pub(crate) fn open_new_node(
     dirfd: BorrowedFd<'_>,
     name: &[u8],
+    path: &[u8],
+    kind: FileType,
+    dev: Option<rfs::Dev>,
+) -> Result<OwnedFd, FsError> {
+    let fd = rfs::openat(
+        dirfd,
+        name,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| sys("open the new node", path, e))?;
+    let st = rfs::fstat(&fd).map_err(|e| sys("inspect", path, e))?;
+    let same = FileType::from_raw_mode(st.st_mode) == kind
+        && st.st_nlink == 1
+        && dev.is_none_or(|d| st.st_rdev == d);
+    if !same {
+        return Err(FsError(format!(
+            "`{}` was replaced by something else right after it was created; refusing to touch it",
+            lossy(path)
+        )));
+    }
+    Ok(fd)
+}
+
+/// `/proc/self/fd/N`: a magic link that resolves to the fd's inode itself
+/// (not by name), so calls that follow it act on exactly that node; for an
+/// O_PATH fd of a symlink that is the symlink, not its target.
+fn proc_fd_path(fd: BorrowedFd<'_>) -> String {
+    use std::os::fd::AsRawFd;
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+/// Metadata of a node that cannot be opened for I/O (symlink, device,
+/// fifo), through the O_PATH fd from `open_new_node`: chown and times with
+/// AT_EMPTY_PATH, chmod and xattrs through `/proc/self/fd/N` (fchmod and
+/// fsetxattr refuse O_PATH fds). `chmod` is false for symlinks (their mode
+/// cannot be changed on Linux).
+pub(crate) fn apply_meta_path_fd(
+    fd: BorrowedFd<'_>,
     m: &Meta<'_>,
     path: &[u8],
     chmod: bool,
 ) -> Result<(), FsError> {
     if m.chown {
         let (u, g) = m.owner();
-        rfs::chownat(dirfd, name, u, g, AtFlags::SYMLINK_NOFOLLOW)
-            .map_err(|e| sys("chown", path, e))?;
+        rfs::chownat(fd, "", u, g, AtFlags::EMPTY_PATH).map_err(|e| sys("chown", path, e))?;
     }
+    let proc = proc_fd_path(fd);
     if chmod {
-        // Only for device nodes and fifos just made here; chmodat cannot
-        // refuse to follow, so it is never used on symlinks.
-        rfs::chmodat(dirfd, name, Mode::from_raw_mode(m.mode), AtFlags::empty())
-            .map_err(|e| sys("chmod", path, e))?;
+        rfs::chmod(proc.as_str(), Mode::from_raw_mode(m.mode))
+            .map_err(|e| proc_error("chmod", path, e))?;
     }
-    let mut wanted = m.xattrs.iter().filter(|(n, _)| xattr_allowed(n)).peekable();
-    if wanted.peek().is_some() {
-        // /proc/self/fd/N is the parent itself; lsetxattr does not follow
-        // the final component.
-        use std::os::fd::AsRawFd;
-        use std::os::unix::ffi::OsStrExt;
-        let mut p = format!("/proc/self/fd/{}/", dirfd.as_raw_fd()).into_bytes();
-        p.extend_from_slice(name);
-        let p = std::ffi::OsStr::from_bytes(&p);
-        for (xname, value) in wanted {
-            let r = rfs::lsetxattr(p, xname.as_slice(), value, XattrFlags::empty());
-            xattr_result(r, xname, path)?;
+    for (name, value) in m.xattrs.iter().filter(|(n, _)| xattr_allowed(n)) {
+        let r = rfs::setxattr(proc.as_str(), name.as_slice(), value, XattrFlags::empty());
+        xattr_result(r, name, path)?;
+    }
+    let times = m.times();
+    match rfs::utimensat(fd, "", &times, AtFlags::EMPTY_PATH) {
+        // Kernels without AT_EMPTY_PATH for utimensat: the magic link.
+        Err(Errno::INVAL | Errno::NOENT | Errno::BADF) => {
+            rfs::utimensat(rfs::CWD, proc.as_str(), &times, AtFlags::empty())
+                .map_err(|e| proc_error("set times of", path, e))
         }
+        r => r.map_err(|e| sys("set times of", path, e)),
     }
-    rfs::utimensat(dirfd, name, &m.times(), AtFlags::SYMLINK_NOFOLLOW)
-        .map_err(|e| sys("set times of", path, e))
+}
+
+/// A failure of a call through `/proc/self/fd/N`: a missing /proc is named.
+fn proc_error(op: &str, path: &[u8], e: Errno) -> FsError {
+    let mut err = sys(op, path, e);
+    if e == Errno::NOENT && std::fs::metadata("/proc/self/fd").is_err() {
+        err.0.push_str(" (this needs /proc mounted)");
+    }
+    err
 }
 
 /// Removes `name` in `dirfd` (`full` is its root-relative path) unless

@@ -340,23 +340,21 @@ impl Unpacker {
             }
             Kind::Symlink => {
                 fsops::make_symlink(parent, name, path, &entry.link).map_err(err)?;
-                fsops::apply_meta_at(parent, name, &meta, path, false).map_err(err)?;
+                let fd = fsops::open_new_node(parent, name, path, FileType::Symlink, None)
+                    .map_err(err)?;
+                fsops::apply_meta_path_fd(fd.as_fd(), &meta, path, false).map_err(err)?;
             }
             Kind::Hardlink => self.hardlink(entry, path, dir, name)?,
             Kind::Char | Kind::Block | Kind::Fifo => {
+                let dev = rfs::makedev(entry.dev_major, entry.dev_minor);
                 let (ft, dev) = match entry.kind {
-                    Kind::Char => (
-                        FileType::CharacterDevice,
-                        rfs::makedev(entry.dev_major, entry.dev_minor),
-                    ),
-                    Kind::Block => (
-                        FileType::BlockDevice,
-                        rfs::makedev(entry.dev_major, entry.dev_minor),
-                    ),
-                    _ => (FileType::Fifo, 0),
+                    Kind::Char => (FileType::CharacterDevice, Some(dev)),
+                    Kind::Block => (FileType::BlockDevice, Some(dev)),
+                    _ => (FileType::Fifo, None),
                 };
-                fsops::make_node(parent, name, path, ft, dev).map_err(err)?;
-                fsops::apply_meta_at(parent, name, &meta, path, true).map_err(err)?;
+                fsops::make_node(parent, name, path, ft, dev.unwrap_or(0)).map_err(err)?;
+                let fd = fsops::open_new_node(parent, name, path, ft, dev).map_err(err)?;
+                fsops::apply_meta_path_fd(fd.as_fd(), &meta, path, true).map_err(err)?;
             }
         }
         stats.entries += 1;

@@ -326,3 +326,95 @@ fn malformed_random_header_mutations() {
     }
     out.assert_untouched();
 }
+
+// ---- metadata never by name --------------------------------------------
+
+/// A fresh node's name swapped for a symlink to a host file, or for a hard
+/// link to a host fifo, is refused before any chmod/chown/xattr/times.
+#[test]
+fn hostile_swapped_new_node_is_refused() {
+    use rustix::fs::FileType;
+    let out = Outside::new();
+    let victim = out.dir.path().join("victim");
+    fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(&victim, dir.path().join("n")).unwrap();
+    let d = fs::File::open(dir.path()).unwrap();
+    let e = fsops::open_new_node(d.as_fd(), b"n", b"w/n", FileType::Fifo, None).unwrap_err();
+    assert!(e.0.contains("replaced"), "{}", e.0);
+    // The real symlink passes, and its metadata lands on the link itself.
+    let fd = fsops::open_new_node(d.as_fd(), b"n", b"w/n", FileType::Symlink, None).unwrap();
+    let meta = fsops::Meta {
+        uid: 0,
+        gid: 0,
+        mode: 0o777,
+        mtime: (12345, 0),
+        xattrs: &[],
+        chown: false,
+        chmod: false,
+    };
+    fsops::apply_meta_path_fd(fd.as_fd(), &meta, b"w/n", false).unwrap();
+    assert_eq!(
+        fs::symlink_metadata(dir.path().join("n")).unwrap().mtime(),
+        12345
+    );
+    assert_ne!(fs::metadata(&victim).unwrap().mtime(), 12345);
+    assert_eq!(fs::metadata(&victim).unwrap().mode() & 0o7777, 0o600);
+    // A hard link to a fifo elsewhere has two links: not the node made here.
+    let fifo = out.dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    fs::hard_link(&fifo, dir.path().join("h")).unwrap();
+    let e = fsops::open_new_node(d.as_fd(), b"h", b"w/h", FileType::Fifo, None).unwrap_err();
+    assert!(e.0.contains("replaced"), "{}", e.0);
+    fs::remove_file(&fifo).unwrap();
+    out.assert_untouched();
+}
+
+/// The reviewer's race: a thread keeps renaming symlinks to a host file
+/// over the name of fifos being unpacked. The host file's mode must never
+/// change (chmod used to follow the swapped-in symlink).
+#[test]
+fn hostile_symlink_swapped_in_after_mknod_is_not_followed() {
+    let out = Outside::new();
+    let victim = out.dir.path().join("victim");
+    fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("rootfs");
+    fs::create_dir_all(root.join("w")).unwrap();
+    let mut l = Layer::new();
+    for _ in 0..5000 {
+        let mut h = hdr(EntryType::Fifo, 0o666, 0);
+        l.0.append_data(&mut h, "w/n", &[][..]).unwrap();
+    }
+    let l = l.build();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (s2, w, v) = (stop.clone(), root.join("w"), victim.clone());
+    let attacker = std::thread::spawn(move || {
+        let mut i = 0u64;
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            let tmp = w.join(format!("t{i}"));
+            i += 1;
+            if std::os::unix::fs::symlink(&v, &tmp).is_ok() {
+                let _ = fs::rename(&tmp, w.join("n"));
+            }
+        }
+    });
+    // Stop the attacker even if the unpack panics.
+    struct StopOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let guard = StopOnDrop(stop);
+    let opts = UnpackOptions {
+        writer_threads: 0,
+        ..Default::default()
+    };
+    let r = Unpacker::with_options(&root, opts).and_then(|mut u| u.apply_layer(&l[..], 1));
+    drop(guard);
+    attacker.join().unwrap();
+    let mode = fs::metadata(&victim).unwrap().mode() & 0o7777;
+    assert_eq!(mode, 0o600, "host file chmodded; unpack said {r:?}");
+    out.assert_untouched();
+}
