@@ -9,10 +9,14 @@ use std::io::{BufRead, BufReader, ErrorKind, Read};
 
 use super::sparse::{self, Pax10Map, SparseMap};
 
-/// Largest PAX extended header accepted (real ones are a few hundred bytes).
+/// Largest PAX extended header accepted (real ones are a few hundred bytes),
+/// and the most PAX bytes one entry may carry over several `x` headers.
 pub(crate) const MAX_PAX: u64 = 1 << 20;
 /// Largest GNU long name/link entry accepted.
-const MAX_LONG_NAME: u64 = 64 * 1024;
+pub(crate) const MAX_LONG_NAME: u64 = 64 * 1024;
+/// Largest entry size accepted: sizes are file offsets (i64) everywhere,
+/// and this keeps `size + padding` from overflowing.
+pub(crate) const MAX_ENTRY_SIZE: u64 = i64::MAX as u64;
 const READ_BUF: usize = 1 << 20;
 const BLOCK: usize = 512;
 
@@ -67,7 +71,7 @@ fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-fn padding(size: u64) -> u64 {
+pub(crate) fn padding(size: u64) -> u64 {
     (BLOCK as u64 - size % BLOCK as u64) % BLOCK as u64
 }
 
@@ -111,6 +115,17 @@ pub(crate) fn parse_num(field: &[u8]) -> Result<u64, String> {
         }
     }
     Ok(v)
+}
+
+/// An entry or header size, refused above `MAX_ENTRY_SIZE`.
+pub(crate) fn check_size(size: u64) -> Result<u64, String> {
+    if size > MAX_ENTRY_SIZE {
+        Err(format!(
+            "size {size} is too large (the limit is {MAX_ENTRY_SIZE} bytes)"
+        ))
+    } else {
+        Ok(size)
+    }
 }
 
 /// mtime may legitimately be negative (base-256 two's complement).
@@ -330,7 +345,8 @@ impl<R: Read> TarStream<R> {
         if self.ended {
             return Ok(None);
         }
-        let rest = self.remaining + self.pad;
+        // Both are capped when set (`check_size`), so this cannot overflow.
+        let rest = self.remaining.saturating_add(self.pad);
         self.skip(rest, "entry data")?;
         self.remaining = 0;
         self.pad = 0;
@@ -339,6 +355,8 @@ impl<R: Read> TarStream<R> {
         let mut pax = Pax::default();
         let mut long_name: Option<Vec<u8>> = None;
         let mut long_link: Option<Vec<u8>> = None;
+        // PAX bytes seen for this entry over all its `x` headers.
+        let mut pax_bytes: u64 = 0;
         let mut block = [0u8; BLOCK];
         loop {
             if !self.read_block(&mut block)? {
@@ -356,13 +374,24 @@ impl<R: Read> TarStream<R> {
             self.current = lossy(cstr(&block[..100]));
             check_checksum(&block).map_err(|r| self.bad(r))?;
             let typeflag = block[156];
-            let hsize = parse_num(&block[124..136]).map_err(|e| self.bad(format!("size: {e}")))?;
+            let hsize = parse_num(&block[124..136])
+                .and_then(check_size)
+                .map_err(|e| self.bad(format!("size: {e}")))?;
             match typeflag {
                 b'x' | b'g' => {
                     if hsize > MAX_PAX {
                         return Err(self.bad(format!(
                             "PAX header of {hsize} bytes exceeds the {MAX_PAX}-byte limit"
                         )));
+                    }
+                    // Consecutive `x` headers all add to one entry: cap their sum.
+                    if typeflag == b'x' {
+                        pax_bytes += hsize;
+                        if pax_bytes > MAX_PAX {
+                            return Err(self.bad(format!(
+                                "PAX headers of one entry add up to more than {MAX_PAX} bytes"
+                            )));
+                        }
                     }
                     let data = self.read_small(hsize)?;
                     // Global headers carry nothing layers rely on; parse to validate only.
@@ -381,6 +410,18 @@ impl<R: Read> TarStream<R> {
                             "GNU long name of {hsize} bytes exceeds the {MAX_LONG_NAME}-byte limit"
                         )));
                     }
+                    let slot = if typeflag == b'L' {
+                        &long_name
+                    } else {
+                        &long_link
+                    };
+                    // GNU tar writes at most one of each per entry.
+                    if slot.is_some() {
+                        return Err(self.bad(format!(
+                            "two GNU long {} headers for one entry",
+                            if typeflag == b'L' { "name" } else { "link" }
+                        )));
+                    }
                     let data = self.read_small(hsize)?;
                     let name = cstr(&data).to_vec();
                     if typeflag == b'L' {
@@ -391,6 +432,7 @@ impl<R: Read> TarStream<R> {
                     continue;
                 }
                 b'V' => {
+                    // hsize <= MAX_ENTRY_SIZE: no overflow.
                     self.skip(hsize + padding(hsize), "volume label")?;
                     continue;
                 }
@@ -466,7 +508,8 @@ impl<R: Read> TarStream<R> {
                     0,
                 ),
             };
-            let size = pax.num("size")?.unwrap_or(hsize);
+            let size =
+                check_size(pax.num("size")?.unwrap_or(hsize)).map_err(|e| format!("entry {e}"))?;
             let (maj, min) = if is_ustar {
                 (
                     field(329..337, "device major")?,
@@ -588,7 +631,7 @@ impl<R: Read> TarStream<R> {
     }
 }
 
-fn check_checksum(block: &[u8; BLOCK]) -> Result<(), String> {
+pub(crate) fn check_checksum(block: &[u8; BLOCK]) -> Result<(), String> {
     let stored = parse_num(&block[148..156])
         .map_err(|_| "not a tar header (bad checksum field): garbage or corrupt layer stream")?;
     let mut unsigned: u64 = 0;

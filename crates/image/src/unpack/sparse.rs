@@ -5,6 +5,12 @@
 
 /// More chunks than this in one file is refused (bounds memory: 16 B each).
 pub(crate) const MAX_CHUNKS: usize = 1 << 20;
+/// Largest logical size of a sparse file. Holes cost no disk here, but a
+/// rootfs full of multi-terabyte files is a bomb for whatever later copies
+/// or scans it (overlay copy-up, backups, `du --apparent-size`). 64 GiB is
+/// far above real sparse files in images (lastlog, core files, disk images
+/// are stored non-sparse by docker anyway).
+pub(crate) const MAX_SPARSE_SIZE: u64 = 64 << 30;
 
 /// A checked sparse map: chunks ascending, non-overlapping, inside `real_size`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,6 +26,11 @@ impl SparseMap {
         chunks: Vec<(u64, u64)>,
         stored: u64,
     ) -> Result<SparseMap, String> {
+        if real_size > MAX_SPARSE_SIZE {
+            return Err(format!(
+                "sparse file of {real_size} bytes exceeds the {MAX_SPARSE_SIZE}-byte limit"
+            ));
+        }
         let mut end = 0u64;
         let mut sum = 0u64;
         for &(off, len) in &chunks {
@@ -164,6 +175,9 @@ mod tests {
         assert!(SparseMap::new(100, vec![(95, 10)], 10).is_err());
         assert!(SparseMap::new(100, vec![(0, 10)], 11).is_err());
         assert!(SparseMap::new(u64::MAX, vec![(u64::MAX, 2)], 2).is_err());
+        assert!(SparseMap::new(MAX_SPARSE_SIZE, vec![(0, 1)], 1).is_ok());
+        let e = SparseMap::new(MAX_SPARSE_SIZE + 1, vec![(0, 1)], 1).unwrap_err();
+        assert!(e.contains("exceeds"), "{e}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! with writer threads and without and checks that the trees agree.
 //! `kinds`: every entry kind; `whiteouts`: layer semantics; `hostile`:
 //! escapes (each checks the outside target is untouched) and malformed
-//! streams.
+//! streams; `bombs`: resource bombs and overflowing sizes.
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -13,6 +13,7 @@ use tar::{EntryType, Header};
 
 use super::*;
 
+mod bombs;
 mod hostile;
 mod kinds;
 mod whiteouts;
