@@ -273,6 +273,21 @@ pub(crate) fn list_dir(fd: BorrowedFd<'_>, path: &[u8]) -> Result<Vec<Vec<u8>>, 
     Ok(names)
 }
 
+/// What `Tree::lookup_dir` found.
+pub(crate) enum Lookup {
+    Dir(OwnedFd),
+    Missing,
+    /// The path or one of its parents is a non-directory (not a symlink).
+    NotDir,
+}
+
+/// Which component stopped a directory walk.
+enum Blocker {
+    Symlink,
+    NotDir,
+    Other,
+}
+
 /// The root directory fd plus the cached parent directory of the last entry.
 pub(crate) struct Tree {
     root: Arc<OwnedFd>,
@@ -365,15 +380,56 @@ impl Tree {
         };
     }
 
+    /// Drops the cached parent when it lies at or below `removed` (a path
+    /// just removed by a whiteout), or strictly below it when `children`
+    /// (an opaque marker removed the children of `removed`): a cached fd of
+    /// a removed directory would take new entries nowhere (ENOENT).
+    pub(crate) fn forget_removed(&mut self, removed: &[u8], children: bool) {
+        let cached = self.cache_path.as_slice();
+        let below = if removed.is_empty() {
+            !cached.is_empty()
+        } else {
+            cached.len() > removed.len()
+                && cached.starts_with(removed)
+                && cached[removed.len()] == b'/'
+        };
+        if below || (!children && cached == removed) {
+            self.set_cache(b"", None, self.root_setgid);
+        }
+    }
+
+    /// Like `open_dir`, but tells a missing directory from one that cannot
+    /// exist because it or a parent is a non-directory (a file, a device):
+    /// whiteouts have nothing to remove there. A symlink on the way is
+    /// still an error, never followed.
+    pub(crate) fn lookup_dir(&self, dir: &[u8]) -> Result<Lookup, FsError> {
+        match self.open_dir_raw(dir) {
+            Ok(fd) => Ok(Lookup::Dir(fd)),
+            Err(Errno::NOENT) => Ok(Lookup::Missing),
+            Err(Errno::NOTDIR) => match self.explain_not_dir(dir) {
+                (_, Blocker::NotDir) => Ok(Lookup::NotDir),
+                (e, _) => Err(e),
+            },
+            Err(e) => Err(parent_error(dir, e)),
+        }
+    }
+
     /// Opens an existing directory beneath the root; Ok(None) if it is
     /// missing; an error if any component is a symlink or not a directory.
     pub(crate) fn open_dir(&self, dir: &[u8]) -> Result<Option<OwnedFd>, FsError> {
-        if dir.is_empty() {
-            return rfs::openat(&*self.root, ".", DIR_FLAGS, Mode::empty())
-                .map(Some)
-                .map_err(|e| sys("open directory", dir, e));
+        match self.open_dir_raw(dir) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(Errno::NOENT) => Ok(None),
+            Err(Errno::NOTDIR) => Err(self.explain_not_dir(dir).0),
+            Err(e) => Err(parent_error(dir, e)),
         }
-        let r = if self.openat2 {
+    }
+
+    fn open_dir_raw(&self, dir: &[u8]) -> Result<OwnedFd, Errno> {
+        if dir.is_empty() {
+            return rfs::openat(&*self.root, ".", DIR_FLAGS, Mode::empty());
+        }
+        if self.openat2 {
             let mut tries = 0;
             loop {
                 match rfs::openat2(&*self.root, dir, DIR_FLAGS, Mode::empty(), resolve_flags()) {
@@ -384,21 +440,16 @@ impl Tree {
             }
         } else {
             self.walk(dir, false)
-        };
-        match r {
-            Ok(fd) => Ok(Some(fd)),
-            Err(Errno::NOENT) => Ok(None),
-            Err(Errno::NOTDIR) => Err(self.explain_not_dir(dir)),
-            Err(e) => Err(parent_error(dir, e)),
         }
     }
 
     /// O_NOFOLLOW|O_DIRECTORY reports a symlink as ENOTDIR: find the
     /// offending component to say which it is (error path only).
-    fn explain_not_dir(&self, dir: &[u8]) -> FsError {
+    fn explain_not_dir(&self, dir: &[u8]) -> (FsError, Blocker) {
+        let other = |e| (e, Blocker::Other);
         let mut cur = match rfs::openat(&*self.root, ".", DIR_FLAGS, Mode::empty()) {
             Ok(fd) => fd,
-            Err(e) => return sys("open directory", dir, e),
+            Err(e) => return other(sys("open directory", dir, e)),
         };
         let mut end = 0;
         for comp in dir.split(|&b| b == b'/') {
@@ -407,20 +458,20 @@ impl Tree {
             end += 1;
             match rfs::statat(&cur, comp, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
-                    return parent_error(prefix, Errno::LOOP)
+                    return (parent_error(prefix, Errno::LOOP), Blocker::Symlink)
                 }
                 Ok(st) if FileType::from_raw_mode(st.st_mode) != FileType::Directory => {
-                    return parent_error(prefix, Errno::NOTDIR)
+                    return (parent_error(prefix, Errno::NOTDIR), Blocker::NotDir)
                 }
                 Ok(_) => {}
-                Err(e) => return sys("inspect", prefix, e),
+                Err(e) => return other(sys("inspect", prefix, e)),
             }
             cur = match rfs::openat(&cur, comp, DIR_FLAGS, Mode::empty()) {
                 Ok(fd) => fd,
-                Err(e) => return parent_error(prefix, e),
+                Err(e) => return other(parent_error(prefix, e)),
             };
         }
-        parent_error(dir, Errno::NOTDIR)
+        other(parent_error(dir, Errno::NOTDIR))
     }
 
     /// Component-by-component open with O_NOFOLLOW, creating missing
@@ -446,9 +497,10 @@ impl Tree {
         Ok(cur)
     }
 
-    fn make_parents(&self, dir: &[u8]) -> Result<OwnedFd, FsError> {
+    /// Opens `dir`, creating missing directories (0755) on the way.
+    pub(crate) fn make_parents(&self, dir: &[u8]) -> Result<OwnedFd, FsError> {
         self.walk(dir, true).map_err(|e| match e {
-            Errno::NOTDIR | Errno::LOOP => self.explain_not_dir(dir),
+            Errno::NOTDIR | Errno::LOOP => self.explain_not_dir(dir).0,
             e => parent_error(dir, e),
         })
     }

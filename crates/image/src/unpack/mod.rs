@@ -243,29 +243,43 @@ impl Unpacker {
 
     /// Removes `dir/name` (or every child of `dir` when `name` is None) as
     /// far as lower layers made it.
+    ///
+    /// Like containerd, a whiteout whose directory is missing removes
+    /// nothing, and an opaque marker whose directory is missing creates it
+    /// (the layer says the directory exists; it is kept from later opaque
+    /// markers of this layer). Where `dir` or a parent is a non-directory
+    /// left by a lower layer, `dir` cannot hold anything: nothing is
+    /// removed or created, and the load goes on (containerd fails there).
+    /// A symlink on the way is an error, never followed.
     fn whiteout(
         &mut self,
         dir: &[u8],
         name: Option<&[u8]>,
-        created: &HashSet<Vec<u8>>,
+        created: &mut HashSet<Vec<u8>>,
     ) -> std::result::Result<(), FsError> {
+        let fd = match self.tree.lookup_dir(dir)? {
+            fsops::Lookup::Dir(fd) => fd,
+            fsops::Lookup::NotDir => return Ok(()),
+            fsops::Lookup::Missing if name.is_none() => {
+                self.tree.make_parents(dir)?;
+                created.insert(dir.to_vec());
+                return Ok(());
+            }
+            fsops::Lookup::Missing => return Ok(()),
+        };
         let keep = |p: &[u8]| created.contains(p);
         match name {
             Some(n) => {
-                if !self.tree.enter(dir, false)? {
-                    return Ok(());
-                }
                 let mut full = join(dir, n);
-                fsops::remove_unless_kept(self.tree.parent(), n, &mut full, &keep)?;
+                fsops::remove_unless_kept(fd.as_fd(), n, &mut full, &keep)?;
+                self.tree.forget_removed(&join(dir, n), false);
             }
             None => {
-                let Some(fd) = self.tree.open_dir(dir)? else {
-                    return Ok(());
-                };
                 for child in fsops::list_dir(fd.as_fd(), dir)? {
                     let mut full = join(dir, &child);
                     fsops::remove_unless_kept(fd.as_fd(), &child, &mut full, &keep)?;
                 }
+                self.tree.forget_removed(dir, true);
             }
         }
         Ok(())

@@ -136,3 +136,69 @@ fn writer_pool_keeps_entry_order_semantics() {
     assert_eq!(u.read("many/3/f3"), "replaced");
     assert_eq!(u.read("many/5/f299"), "content 299");
 }
+
+/// A named whiteout used to cache `d/sub` as the parent; the opaque marker
+/// of `d` then removed `d/sub`, and `d/sub/new` went to the stale fd
+/// (ENOENT). The new `d/sub/new` must land, the lower `d/sub/x` must go.
+#[test]
+fn opaque_marker_after_whiteout_in_removed_subdir() {
+    let l1 = Layer::new()
+        .file("d/sub/x", b"lower")
+        .file("d/keep-not", b"lower")
+        .build();
+    let l2 = Layer::new()
+        .file("d/sub/.wh.foo", b"")
+        .file("d/.wh..wh..opq", b"")
+        .file("d/sub/new", b"upper")
+        .build();
+    let u = unpack_ok(&[l1.clone(), l2]);
+    assert_eq!(u.read("d/sub/new"), "upper");
+    assert!(!u.exists("d/sub/x"));
+    assert!(!u.exists("d/keep-not"));
+    // The same with the cache inside the removed tree through a named
+    // whiteout of the directory itself.
+    let l3 = Layer::new()
+        .file("d/sub/.wh.foo", b"")
+        .file("d/.wh.sub", b"")
+        .file("d/sub/again", b"a")
+        .build();
+    let u = unpack_ok(&[l1, l3]);
+    assert_eq!(u.read("d/sub/again"), "a");
+    assert!(!u.exists("d/sub/x"));
+    assert_eq!(u.read("d/keep-not"), "lower");
+}
+
+/// An opaque marker for a directory no lower layer made creates it (the
+/// layer says it exists), kept from a later opaque marker of the root in
+/// the same layer; a named whiteout in a missing directory creates nothing.
+#[test]
+fn opaque_marker_of_missing_directory_creates_it() {
+    let l1 = Layer::new().file("old", b"lower").build();
+    let l2 = Layer::new()
+        .file("new/deep/.wh..wh..opq", b"")
+        .file("nodir/.wh.x", b"")
+        .file(".wh..wh..opq", b"")
+        .build();
+    let u = unpack_ok(&[l1, l2]);
+    assert!(u.meta("new/deep").is_dir());
+    assert_eq!(u.meta("new/deep").mode() & 0o7777, 0o755);
+    assert!(!u.exists("nodir"));
+    assert!(!u.exists("old"));
+}
+
+/// A whiteout or opaque marker below a lower-layer non-directory has
+/// nothing to remove: the load goes on and the file stays.
+#[test]
+fn whiteout_below_a_lower_file_removes_nothing() {
+    let l1 = Layer::new().file("f", b"file").file("g", b"g").build();
+    let l2 = Layer::new()
+        .file("f/.wh.x", b"")
+        .file("f/sub/.wh.y", b"")
+        .file("f/.wh..wh..opq", b"")
+        .file("after", b"ok")
+        .build();
+    let u = unpack_ok(&[l1, l2]);
+    assert_eq!(u.read("f"), "file");
+    assert_eq!(u.read("after"), "ok");
+    assert_eq!(u.read("g"), "g");
+}
