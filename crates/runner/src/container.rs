@@ -337,8 +337,15 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
         }
         let pidfd = pidfd
             .ok_or_else(|| Error::io("get pidfd of", &cfg.id, std::io::Error::other("none")))?;
-        let waited = wait_loop(cfg, pid, &pidfd, &sigfd, sync_r, master.as_ref(), spawned)?;
-        Ok((pid, waited))
+        match wait_loop(cfg, pid, &pidfd, &sigfd, sync_r, master.as_ref(), spawned) {
+            Ok(waited) => Ok((pid, waited)),
+            Err(e) => {
+                // Never leave a container behind an error: kill and reap it.
+                let _ = kill(pid, Signal::SIGKILL);
+                let _ = waitpid(pid, None);
+                Err(e)
+            }
+        }
     })();
     let restored = signals::restore(&old_mask);
     let (pid, (status, report, exec_at)) = result?;

@@ -196,6 +196,11 @@ fn child_setup(plan: &ChildPlan, stdio: Stdio, sync: BorrowedFd<'_>) -> Result<N
         Stdio::Inherit { null_stdin: None } => {}
         Stdio::Pty { slave } => pty_attach(slave.as_fd())?,
     }
+    if matches!(stdio, Stdio::Inherit { .. }) {
+        // Out of runbox's process group: a ^C on the terminal reaches the
+        // container once, forwarded by runbox (as docker's sig-proxy does).
+        nix::unistd::setsid().map_err(fail("spawn", "start a new session"))?;
+    }
     drop(stdio);
     for (res, soft, hard) in &plan.rlimits {
         nix::sys::resource::setrlimit(*res, *soft, *hard)
