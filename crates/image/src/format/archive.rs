@@ -1,5 +1,6 @@
 //! Random access to the members of an image container: an uncompressed tar
-//! file (scanned once: headers are read, data is seeked past) or a directory.
+//! file (scanned once by `scan`: headers are read, bounded, and data is
+//! seeked past) or a directory.
 //! Members are addressed by normalized names (`./a//b` is `a/b`); symlinks and
 //! hard links between members are resolved inside the container with a bounded
 //! depth, and never to a name outside it.
@@ -14,6 +15,12 @@ use std::sync::Arc;
 
 use crate::error::{Error, IoContext};
 use crate::Result;
+
+#[cfg(test)]
+thread_local! {
+    /// Documents read by `read_capped` on this thread: tests count reads.
+    pub(crate) static CAPPED_READS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
 
 /// Longest chain of member links followed before giving up.
 const MAX_LINK_DEPTH: usize = 16;
@@ -138,7 +145,7 @@ impl Container {
         let len = file.metadata().ctx("stat", shown)?.len();
         let mut dup = file.try_clone().ctx("dup", shown)?;
         dup.seek(SeekFrom::Start(0)).ctx("seek", shown)?;
-        let scan = ScanReader {
+        let mut scan = ScanReader {
             inner: BufReader::with_capacity(64 << 10, dup),
             pos: 0,
         };
@@ -146,28 +153,20 @@ impl Container {
             file: shown.to_path_buf(),
             reason,
         };
-        let mut archive = tar::Archive::new(scan);
         let mut members = HashMap::new();
         let mut markers = Markers::default();
-        let entries = archive
-            .entries_with_seek()
-            .map_err(|e| bad(format!("not a readable tar archive: {e}")))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| bad(format!("malformed tar archive: {e}")))?;
-            let raw = entry.path_bytes();
-            let raw = String::from_utf8_lossy(&raw);
+        let r = super::scan::scan(&mut scan, |m| {
+            let raw = String::from_utf8_lossy(&m.name);
             let Some(name) = normalize(&raw) else {
                 // A `..` member cannot be part of an image layout; for a rootfs
                 // tar the unpacker rejects it with a precise message.
-                continue;
+                return Ok(());
             };
-            let offset = entry.raw_file_position();
-            let size = entry.size();
+            let (offset, size) = (m.offset, m.size);
             if offset.checked_add(size).is_none_or(|end| end > len) {
-                return Err(bad(format!(
-                    "truncated tar archive: member `{}` needs {size} bytes at offset {offset}, but the file has {len}",
-                    name
-                )));
+                return Err(format!(
+                    "truncated tar archive: member `{name}` needs {size} bytes at offset {offset}, but the file has {len}"
+                ));
             }
             match name.as_str() {
                 "manifest.json" => markers.manifest_json = true,
@@ -177,25 +176,20 @@ impl Container {
                 _ => {}
             }
             if !worth_indexing(&name) {
-                continue;
+                return Ok(());
             }
             if members.len() >= MAX_INDEXED {
-                return Err(bad(format!("more than {MAX_INDEXED} top-level members")));
+                return Err(format!("more than {MAX_INDEXED} top-level members"));
             }
-            let ty = entry.header().entry_type();
-            let kind = match ty {
-                tar::EntryType::Regular | tar::EntryType::Continuous => MemberKind::File,
-                tar::EntryType::Directory => MemberKind::Dir,
-                tar::EntryType::Symlink => MemberKind::Symlink,
-                tar::EntryType::Link => MemberKind::Hardlink,
+            let kind = match m.typeflag {
+                b'0' | 0 | b'7' => MemberKind::File,
+                b'5' => MemberKind::Dir,
+                b'2' => MemberKind::Symlink,
+                b'1' => MemberKind::Hardlink,
                 _ => MemberKind::Other,
             };
-            let link = match kind {
-                MemberKind::Symlink | MemberKind::Hardlink => entry
-                    .link_name_bytes()
-                    .map(|l| String::from_utf8_lossy(&l).into_owned()),
-                _ => None,
-            };
+            let link = matches!(kind, MemberKind::Symlink | MemberKind::Hardlink)
+                .then(|| String::from_utf8_lossy(&m.link).into_owned());
             members.insert(
                 name,
                 Member {
@@ -205,7 +199,9 @@ impl Container {
                     link,
                 },
             );
-        }
+            Ok(())
+        });
+        r.map_err(bad)?;
         Ok(Container::Tar {
             file: Arc::new(file),
             members,
@@ -278,6 +274,24 @@ impl Container {
         }
     }
 
+    /// What a name leads to, after links: equal ids are the same bytes
+    /// (tar: offset and size of the member; directory: device and inode).
+    pub fn member_id(&self, name: &str) -> std::result::Result<(u64, u64), String> {
+        match self {
+            Container::Tar { members, .. } => {
+                Container::resolve_tar(members, name).map(|m| (m.offset, m.size))
+            }
+            Container::Dir { root } => {
+                use std::os::unix::fs::MetadataExt;
+                let rel =
+                    normalize(name).ok_or_else(|| format!("`{name}` points outside the layout"))?;
+                let meta =
+                    std::fs::metadata(root.join(&rel)).map_err(|e| format!("`{rel}`: {e}"))?;
+                Ok((meta.dev(), meta.ino()))
+            }
+        }
+    }
+
     /// Open a member for streaming. The reader is independent of `self`
     /// (it owns a handle), so it can move to another thread.
     pub fn open(&self, name: &str) -> std::result::Result<(Box<dyn Read + Send>, u64), String> {
@@ -304,6 +318,8 @@ impl Container {
 
     /// Read a whole member that must be at most `cap` bytes (JSON documents).
     pub fn read_capped(&self, name: &str, cap: u64) -> std::result::Result<Vec<u8>, String> {
+        #[cfg(test)]
+        CAPPED_READS.with(|n| n.set(n.get() + 1));
         let (mut r, size) = self.open(name)?;
         if size > cap {
             return Err(format!(

@@ -11,6 +11,7 @@
 //! The config is verified against the hex in its name when the name has one
 //! (both layouts do); layers are verified against the config's diff_ids.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -18,7 +19,7 @@ use serde::Deserialize;
 use super::archive::{normalize, Container};
 use super::oci::ConfigJson;
 use super::select::{Candidate, Target};
-use super::{parse_json, ImageSource, LayerSource, MAX_JSON};
+use super::{parse_json, ImageSource, LayerSource, Platform, MAX_IMAGES, MAX_JSON, MAX_LAYERS};
 use crate::digest::Digest;
 use crate::error::Error;
 use crate::Result;
@@ -40,7 +41,17 @@ fn entries(c: &Container, file: &Path) -> Result<Vec<Entry>> {
             file: file.to_path_buf(),
             reason,
         })?;
-    parse_json(&raw, "manifest.json", file)
+    let list: Vec<Entry> = parse_json(&raw, "manifest.json", file)?;
+    if list.len() > MAX_IMAGES {
+        return Err(Error::Format {
+            file: file.to_path_buf(),
+            reason: format!(
+                "manifest.json lists {} images, more than the limit of {MAX_IMAGES}",
+                list.len()
+            ),
+        });
+    }
+    Ok(list)
 }
 
 /// The digest a member name promises: `<hex>.json` or `blobs/sha256/<hex>`.
@@ -50,21 +61,39 @@ fn digest_in_name(name: &str) -> Option<Digest> {
     Digest::from_hex(hex)
 }
 
-pub(crate) fn candidates(c: &Container, file: &Path) -> Result<Vec<Candidate>> {
+/// The images of `manifest.json`; the platform (from the config) only for
+/// those `want` accepts, each config member read once however many entries
+/// (or links) name it.
+pub(crate) fn candidates(
+    c: &Container,
+    file: &Path,
+    want: &dyn Fn(usize, &[String]) -> bool,
+) -> Result<Vec<Candidate>> {
     let list = entries(c, file)?;
+    let mut seen: HashMap<(u64, u64), Option<Platform>> = HashMap::new();
     Ok(list
         .into_iter()
         .enumerate()
         .map(|(top, e)| {
+            let names = e.repo_tags.unwrap_or_default();
             // Best effort: the listing must not fail on one broken image.
-            let platform = c
-                .read_capped(&e.config, MAX_JSON)
-                .ok()
-                .and_then(|raw| serde_json::from_slice::<ConfigJson>(&raw).ok())
-                .and_then(|cfg| cfg.platform());
+            let platform = if want(top, &names) {
+                c.member_id(&e.config).ok().and_then(|id| {
+                    seen.entry(id)
+                        .or_insert_with(|| {
+                            c.read_capped(&e.config, MAX_JSON)
+                                .ok()
+                                .and_then(|raw| serde_json::from_slice::<ConfigJson>(&raw).ok())
+                                .and_then(|cfg| cfg.platform())
+                        })
+                        .clone()
+                })
+            } else {
+                None
+            };
             Candidate {
                 top,
-                names: e.repo_tags.unwrap_or_default(),
+                names,
                 platform,
                 target: Target::Docker(top),
             }
@@ -96,6 +125,12 @@ pub(crate) fn build(c: &Container, file: &Path, n: usize) -> Result<ImageSource>
                 found: found.to_string(),
             });
         }
+    }
+    if e.layers.len() > MAX_LAYERS {
+        return Err(bad(format!(
+            "image has {} layers, more than the limit of {MAX_LAYERS}",
+            e.layers.len()
+        )));
     }
     let parsed: ConfigJson = parse_json(&config, &config_name, file)?;
     let diff_ids = parsed.diff_ids(e.layers.len(), file)?;

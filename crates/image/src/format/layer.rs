@@ -10,10 +10,15 @@
 //! mismatch found at the end of the stream is reported by `read` as an
 //! `InvalidData` error (so the unpacker fails) and by `finish` as
 //! `Error::DigestMismatch`.
+//!
+//! Stopping: `finish` reads the layer to its end (the digests need every
+//! byte); `abort` (after the unpacker failed) and dropping the reader stop
+//! the worker instead: a stop flag makes its next read of the stored bytes
+//! fail, so at most the chunk in progress is still decompressed.
 
 use std::io::{self, BufReader, Read};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -54,8 +59,25 @@ pub struct LayerReader {
     /// with extraction), in nanoseconds.
     hash_nanos: Arc<AtomicU64>,
     worker: Option<JoinHandle<()>>,
+    /// Set to make the worker give up (see `abort`).
+    stop: Arc<AtomicBool>,
     file: PathBuf,
     layer: usize,
+}
+
+/// The stored bytes, failing once the consumer has asked the worker to stop.
+struct Stoppable {
+    inner: Box<dyn Read + Send>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Read for Stoppable {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(io::Error::other("layer reading stopped"));
+        }
+        self.inner.read(buf)
+    }
 }
 
 impl LayerReader {
@@ -66,6 +88,11 @@ impl LayerReader {
         let layer = spec.layer;
         let hash_nanos = Arc::new(AtomicU64::new(0));
         let worker_nanos = Arc::clone(&hash_nanos);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stored = Box::new(Stoppable {
+            inner: stored,
+            stop: Arc::clone(&stop),
+        });
         let worker = std::thread::Builder::new()
             .name(format!("layer-{layer}"))
             .spawn(move || {
@@ -86,9 +113,31 @@ impl LayerReader {
             end: None,
             hash_nanos,
             worker: Some(worker),
+            stop,
             file,
             layer,
         })
+    }
+
+    /// Stops reading the layer without draining it (the unpacker failed and
+    /// the rest is not wanted): the worker stops at its next read of the
+    /// stored bytes and is joined. Returns the verification error the worker
+    /// had already reported, if any (a digest mismatch explains a broken
+    /// stream better than the tar error it caused); only messages already
+    /// queued are looked at, so this never waits for more data.
+    pub fn abort(mut self) -> Option<Error> {
+        for _ in 0..=IN_FLIGHT {
+            if self.end.is_some() {
+                break;
+            }
+            match self.rx.try_recv() {
+                Ok(Msg::Data(_)) => {}
+                Ok(Msg::End(r)) => self.end = Some(r),
+                Err(_) => break,
+            }
+        }
+        // Drop stops and joins the worker.
+        self.end.take().and_then(|r| r.err())
     }
 
     /// Drain what the tar parser left unread, then verify. Returns the diff_id
@@ -163,7 +212,9 @@ impl Read for LayerReader {
 
 impl Drop for LayerReader {
     fn drop(&mut self) {
-        // Closing our end makes the worker's next send fail, so it stops.
+        // The flag fails the worker's next read; closing our end makes its
+        // next send fail. Either way it stops.
+        self.stop.store(true, Ordering::Relaxed);
         let (_, dead) = mpsc::sync_channel(0);
         drop(std::mem::replace(&mut self.rx, dead));
         if let Some(w) = self.worker.take() {

@@ -17,7 +17,8 @@
 //! - `Input::open(path, scratch_dir)` sniffs the input. A whole-compressed
 //!   archive is decompressed once into a temporary file under `scratch_dir`
 //!   (unlinked at once, so it is gone when `Input` and its readers are
-//!   dropped, even after a crash) so that members can be read by offset.
+//!   dropped, even after a crash) so that members can be read by offset;
+//!   at most `MAX_DECOMPRESSED` bytes or the scratch space minus a margin.
 //! - `Input::images()` lists what is there (for error messages and `@INDEX`).
 //! - `Input::resolve(selector, platform)` returns one `ImageSource` whose
 //!   manifest and config digests are already verified.
@@ -26,19 +27,26 @@
 //!   decompressed and hashed on a background thread. `LayerReader::finish()`
 //!   drains the rest and checks the compressed digest (when known) and the
 //!   diff_id; a mismatch also fails the `read` that reaches the end.
+//!   `LayerReader::abort()` stops without draining (after a failed unpack)
+//!   and returns a verification error only if one is already known.
 //! - `InputIdentity::of(path)` / `Input::identity()` give a stable key of the
 //!   input file (device, inode, size, mtime, canonical path) for caching.
 //!
 //! JSON documents are capped at `MAX_JSON` bytes before parsing; blobs are
-//! sha256 only.
+//! sha256 only. An input lists at most `MAX_IMAGES` images of at most
+//! `MAX_LAYERS` layers each; configs read for platforms are read once each,
+//! and only for the images a selector can pick.
 
 mod archive;
 mod docker;
 mod layer;
 mod oci;
+mod scan;
 mod select;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_bombs;
 #[cfg(test)]
 mod tests_malformed;
 #[cfg(test)]
@@ -62,6 +70,11 @@ use select::{Candidate, Target};
 
 /// Largest JSON document (manifest, index, config) read from an input.
 pub const MAX_JSON: u64 = 16 << 20;
+/// Most images (`manifest.json` entries, image manifests found through
+/// `index.json`) an input may list; real archives hold a handful.
+pub const MAX_IMAGES: usize = 1024;
+/// Most layers one image may have (docker itself stops at 127).
+pub const MAX_LAYERS: usize = 256;
 
 /// The config of a plain rootfs tar; `rootfs.diff_ids` is filled in by the caller.
 pub const SYNTHESIZED_CONFIG: &str =
@@ -272,12 +285,42 @@ fn read_start(f: &File, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
-/// Decompress the whole input into an unlinked file in `scratch`.
+/// Largest decompressed copy of a whole-compressed input: far above real
+/// image archives, and a bound on what a small compression bomb can make
+/// us write. The free space of the scratch file system (minus a margin)
+/// lowers it further, so that a bomb fails cleanly instead of filling it.
+pub const MAX_DECOMPRESSED: u64 = 64 << 30;
+
+/// Room left free on the scratch file system: 5%, at most 1 GiB.
+fn scratch_limit(out: &File) -> u64 {
+    match rustix::fs::fstatvfs(out) {
+        Ok(st) => {
+            let free = st.f_bavail.saturating_mul(st.f_frsize);
+            let margin = (free / 20).min(1 << 30);
+            MAX_DECOMPRESSED.min(free - margin)
+        }
+        Err(_) => MAX_DECOMPRESSED,
+    }
+}
+
+/// Decompress the whole input into an unlinked file in `scratch`, at most
+/// `MAX_DECOMPRESSED` bytes or what the scratch file system can spare.
 fn decompress_to_scratch(
     src: File,
     compression: Compression,
     path: &Path,
     scratch: &Path,
+) -> Result<File> {
+    decompress_capped(src, compression, path, scratch, None)
+}
+
+/// `decompress_to_scratch` with an explicit limit (tests).
+fn decompress_capped(
+    src: File,
+    compression: Compression,
+    path: &Path,
+    scratch: &Path,
+    limit: Option<u64>,
 ) -> Result<File> {
     let name = scratch.join(format!(
         ".runbox-input-{}-{:016x}.tar",
@@ -298,6 +341,8 @@ fn decompress_to_scratch(
             file: path.to_path_buf(),
             reason: format!("cannot start {compression} decoder: {e}"),
         })?;
+    let limit = limit.unwrap_or_else(|| scratch_limit(&out));
+    let mut written: u64 = 0;
     let mut buf = vec![0u8; READ_BUFFER];
     loop {
         let n = match decoder.read(&mut buf) {
@@ -311,6 +356,17 @@ fn decompress_to_scratch(
                 })
             }
         };
+        written += n as u64;
+        if written > limit {
+            return Err(Error::Format {
+                file: path.to_path_buf(),
+                reason: format!(
+                    "decompresses to more than {limit} bytes, the limit for a whole-compressed input \
+                     ({MAX_DECOMPRESSED} bytes, or the free space in `{}` minus a margin)",
+                    scratch.display()
+                ),
+            });
+        }
         out.write_all(&buf[..n])
             .ctx("write the decompressed copy of", path)?;
     }
@@ -387,18 +443,13 @@ impl Input {
         &self.identity
     }
 
-    fn candidates(&self) -> Result<Vec<Candidate>> {
+    /// The images of the input. Platforms that only a config can tell are
+    /// read for the candidates `want(top, names)` accepts, each config once.
+    fn candidates(&self, want: &dyn Fn(usize, &[String]) -> bool) -> Result<Vec<Candidate>> {
         match self.kind {
-            InputKind::DockerArchive => docker::candidates(&self.container, &self.path),
+            InputKind::DockerArchive => docker::candidates(&self.container, &self.path, want),
             InputKind::OciArchive | InputKind::OciLayoutDir => {
-                let mut c = oci::candidates(&self.container, &self.path)?;
-                for cand in &mut c {
-                    if let (None, Target::Oci(desc)) = (&cand.platform, &cand.target) {
-                        cand.platform =
-                            oci::platform_from_config(&self.container, &self.path, desc);
-                    }
-                }
-                Ok(c)
+                oci::candidates(&self.container, &self.path, want)
             }
             InputKind::RootfsTar => Ok(vec![Candidate {
                 top: 0,
@@ -411,7 +462,7 @@ impl Input {
 
     pub fn images(&self) -> Result<Vec<ImageEntry>> {
         Ok(self
-            .candidates()?
+            .candidates(&|_, _| true)?
             .into_iter()
             .map(|c| ImageEntry {
                 index: c.top,
@@ -422,7 +473,13 @@ impl Input {
     }
 
     pub fn resolve(&self, selector: &Selector, platform: &Platform) -> Result<ImageSource> {
-        let cands = self.candidates()?;
+        // Only the candidates the selector can pick need their platform.
+        let want = |top: usize, names: &[String]| match selector {
+            Selector::Only => true,
+            Selector::Index(i) => top == *i,
+            Selector::Name(n) => names.iter().any(|x| select::name_matches(n, x)),
+        };
+        let cands = self.candidates(&want)?;
         let cand = select::choose(&cands, selector, platform, &self.path)?;
         match (&self.kind, &cand.target) {
             (InputKind::RootfsTar, _) => {

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::archive::Container;
 use super::select::{Candidate, Target};
-use super::{parse_json, ImageSource, LayerSource, Platform, MAX_JSON};
+use super::{parse_json, ImageSource, LayerSource, Platform, MAX_IMAGES, MAX_JSON, MAX_LAYERS};
 use crate::digest::Digest;
 use crate::error::Error;
 use crate::Result;
@@ -21,7 +21,9 @@ use crate::Result;
 /// Nested indexes deeper than this are refused (a loop cannot be built with
 /// content addresses, but a very deep chain can).
 const MAX_DEPTH: usize = 8;
-/// Bound on blobs read while listing, against fan-out bombs.
+/// Bound on blobs read while listing (nested indexes, and the manifests and
+/// configs read for platforms the index does not state), against fan-out
+/// bombs. Platform lookups beyond it leave the platform unknown.
 const MAX_INDEX_READS: usize = 256;
 
 const REF_NAME: &str = "org.opencontainers.image.ref.name";
@@ -215,8 +217,14 @@ fn is_runnable(desc: &Descriptor) -> bool {
     !attestation && !unknown
 }
 
-/// Walk `index.json` to its image manifests.
-pub(crate) fn candidates(c: &Container, file: &Path) -> Result<Vec<Candidate>> {
+/// Walk `index.json` to its image manifests; then read the platform from
+/// the config of those `want` accepts whose descriptor does not state it,
+/// once per manifest digest and within the same read budget.
+pub(crate) fn candidates(
+    c: &Container,
+    file: &Path,
+    want: &dyn Fn(usize, &[String]) -> bool,
+) -> Result<Vec<Candidate>> {
     let bad = |reason: String| Error::Format {
         file: file.to_path_buf(),
         reason,
@@ -226,11 +234,38 @@ pub(crate) fn candidates(c: &Container, file: &Path) -> Result<Vec<Candidate>> {
     let manifests = index
         .manifests
         .ok_or_else(|| bad("index.json has no `manifests` list".into()))?;
+    if manifests.len() > MAX_IMAGES {
+        return Err(bad(format!(
+            "index.json lists {} manifests, more than the limit of {MAX_IMAGES}",
+            manifests.len()
+        )));
+    }
     let mut out = Vec::new();
     let mut reads = 0;
     for (top, desc) in manifests.into_iter().enumerate() {
         let names = names_of(&desc);
         walk(c, file, desc, top, &names, 0, &mut reads, &mut out)?;
+    }
+    let mut platforms: HashMap<String, Option<Platform>> = HashMap::new();
+    for cand in &mut out {
+        let Target::Oci(desc) = &cand.target else {
+            continue;
+        };
+        if cand.platform.is_some() || !want(cand.top, &cand.names) {
+            continue;
+        }
+        if let Some(p) = platforms.get(&desc.digest) {
+            cand.platform = p.clone();
+            continue;
+        }
+        // A manifest and its config.
+        if reads + 2 > MAX_INDEX_READS {
+            continue;
+        }
+        reads += 2;
+        let p = platform_from_config(c, file, desc);
+        platforms.insert(desc.digest.clone(), p.clone());
+        cand.platform = p;
     }
     Ok(out)
 }
@@ -254,6 +289,11 @@ fn walk(
         return Ok(());
     }
     let leaf = |desc: Descriptor, out: &mut Vec<Candidate>| {
+        if out.len() >= MAX_IMAGES {
+            return Err(bad(format!(
+                "the indexes list more than {MAX_IMAGES} image manifests"
+            )));
+        }
         let platform = desc.platform.as_ref().map(PlatformJson::to_platform);
         out.push(Candidate {
             top,
@@ -261,10 +301,10 @@ fn walk(
             platform,
             target: Target::Oci(desc),
         });
+        Ok(())
     };
     if is_manifest_type(&desc.media_type) {
-        leaf(desc, out);
-        return Ok(());
+        return leaf(desc, out);
     }
     if depth >= MAX_DEPTH {
         return Err(bad(format!(
@@ -293,10 +333,7 @@ fn walk(
             }
             Ok(())
         }
-        _ => {
-            leaf(desc, out);
-            Ok(())
-        }
+        _ => leaf(desc, out),
     }
 }
 
@@ -320,6 +357,13 @@ pub(crate) fn build(
         ))
     })?;
     let config = read_blob(c, &config_desc, "image config", file)?;
+    if manifest.layers.len() > MAX_LAYERS {
+        return Err(bad(format!(
+            "image manifest {} has {} layers, more than the limit of {MAX_LAYERS}",
+            desc.digest,
+            manifest.layers.len()
+        )));
+    }
     let parsed: ConfigJson = parse_json(&config, &config_desc.digest, file)?;
     let diff_ids = parsed.diff_ids(manifest.layers.len(), file)?;
     let mut layers = Vec::with_capacity(manifest.layers.len());

@@ -18,6 +18,10 @@ pub(crate) const MAX_LONG_NAME: u64 = 64 * 1024;
 /// and this keeps `size + padding` from overflowing.
 pub(crate) const MAX_ENTRY_SIZE: u64 = i64::MAX as u64;
 const READ_BUF: usize = 1 << 20;
+/// Most bytes accepted after the end-of-archive marker. Tools pad to their
+/// record size (GNU tar: 10 KiB); more is refused so that a compression
+/// bomb of trailing zeros (which must still be hashed) stays cheap.
+const MAX_TRAILING: u64 = 64 << 20;
 const BLOCK: usize = 512;
 
 /// A malformed stream; `entry` names the entry when one is known.
@@ -75,7 +79,7 @@ pub(crate) fn padding(size: u64) -> u64 {
     (BLOCK as u64 - size % BLOCK as u64) % BLOCK as u64
 }
 
-fn cstr(field: &[u8]) -> &[u8] {
+pub(crate) fn cstr(field: &[u8]) -> &[u8] {
     match field.iter().position(|&b| b == 0) {
         Some(i) => &field[..i],
         None => field,
@@ -177,11 +181,12 @@ fn parse_pax_time(v: &[u8]) -> Option<(i64, u32)> {
 }
 
 /// PAX records `LEN KEY=VALUE\n`, later records overriding earlier ones.
+/// Also used by `format` to scan the outer archive's headers.
 #[derive(Default)]
-struct Pax(Vec<(Vec<u8>, Vec<u8>)>);
+pub(crate) struct Pax(pub(crate) Vec<(Vec<u8>, Vec<u8>)>);
 
 impl Pax {
-    fn parse(&mut self, mut data: &[u8]) -> Result<(), String> {
+    pub(crate) fn parse(&mut self, mut data: &[u8]) -> Result<(), String> {
         while !data.is_empty() && data[0] != 0 {
             let sp = data
                 .iter()
@@ -206,7 +211,7 @@ impl Pax {
         Ok(())
     }
 
-    fn get(&self, key: &str) -> Option<&[u8]> {
+    pub(crate) fn get(&self, key: &str) -> Option<&[u8]> {
         self.0
             .iter()
             .rev()
@@ -214,7 +219,7 @@ impl Pax {
             .map(|(_, v)| v.as_slice())
     }
 
-    fn num(&self, key: &str) -> Result<Option<u64>, String> {
+    pub(crate) fn num(&self, key: &str) -> Result<Option<u64>, String> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => sparse::parse_decimal(v)
@@ -324,8 +329,9 @@ impl<R: Read> TarStream<R> {
     }
 
     /// Drains whatever follows the end-of-archive marker so that a hashing
-    /// reader underneath sees the whole blob.
+    /// reader underneath sees the whole blob (at most `MAX_TRAILING` bytes).
     fn drain(&mut self) -> Result<(), BadArchive> {
+        let mut total: u64 = 0;
         loop {
             let n = match self.r.fill_buf() {
                 Ok(b) => b.len(),
@@ -334,6 +340,12 @@ impl<R: Read> TarStream<R> {
             };
             if n == 0 {
                 return Ok(());
+            }
+            total += n as u64;
+            if total > MAX_TRAILING {
+                return Err(self.bad(format!(
+                    "more than {MAX_TRAILING} bytes follow the end-of-archive marker"
+                )));
             }
             self.r.consume(n);
         }

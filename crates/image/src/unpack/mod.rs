@@ -19,7 +19,7 @@
 //! followed; absolute names are taken relative to the root; `..` that would
 //! leave the root is an error.
 
-mod archive;
+pub(crate) mod archive;
 mod fsops;
 mod sparse;
 mod whiteout;

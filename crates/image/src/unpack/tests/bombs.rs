@@ -139,3 +139,15 @@ fn bomb_sparse_real_size_is_capped() {
     assert!(reason.contains("exceeds"), "{reason}");
     assert!(!u.exists("huge"));
 }
+
+/// Zeros after the end-of-archive marker must still be hashed, so a
+/// compression bomb of them is refused after a bounded amount.
+#[test]
+fn bomb_endless_trailing_zeros_are_refused() {
+    let (reason, read) = apply_endless(vec![0u8; 4096]);
+    assert!(
+        reason.contains("follow the end-of-archive marker"),
+        "{reason}"
+    );
+    assert!(read < 70 << 20, "read {read} bytes before failing");
+}
