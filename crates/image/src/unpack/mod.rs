@@ -244,13 +244,15 @@ impl Unpacker {
     /// Removes `dir/name` (or every child of `dir` when `name` is None) as
     /// far as lower layers made it.
     ///
-    /// Like containerd, a whiteout whose directory is missing removes
-    /// nothing, and an opaque marker whose directory is missing creates it
-    /// (the layer says the directory exists; it is kept from later opaque
-    /// markers of this layer). Where `dir` or a parent is a non-directory
-    /// left by a lower layer, `dir` cannot hold anything: nothing is
-    /// removed or created, and the load goes on (containerd fails there).
-    /// A symlink on the way is an error, never followed.
+    /// A whiteout whose directory is missing removes nothing and creates
+    /// nothing. An opaque marker whose directory is missing creates it
+    /// (0755, with missing parents): the layer says the directory exists,
+    /// and containerd creates every entry's parent too; it is kept from
+    /// later opaque markers of this layer. Where `dir` or a parent is a
+    /// non-directory left by a lower layer, `dir` cannot hold anything:
+    /// nothing is removed or created and the load goes on, rather than
+    /// failing over a marker with nothing to hide. A symlink on the way is
+    /// still an error, never followed.
     fn whiteout(
         &mut self,
         dir: &[u8],
