@@ -505,6 +505,13 @@ fn keep_leaves_a_stopped_container() {
     let state: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dirs[0].join("state.json")).unwrap()).unwrap();
     assert_eq!(state["status"], "stopped");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&dirs[0]).unwrap().permissions().mode();
+    assert_eq!(
+        mode & 0o777,
+        0o555,
+        "a kept container's state dir is marked read-only"
+    );
     assert_eq!(state["exit_code"], 4);
     let id = state["id"].as_str().unwrap().to_string();
     let layer = b.env.root().join("containers").join(&id);

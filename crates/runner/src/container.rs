@@ -386,7 +386,7 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
             if let Ok(mut st) = state::load(dir.path()) {
                 st.status = Status::Stopped;
                 st.exit_code = Some(exit.code() as i32);
-                dir.save(&st)?;
+                dir.mark_stopped(&st)?;
             }
         }
     }

@@ -18,6 +18,7 @@
 
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
@@ -93,6 +94,15 @@ impl StateDir {
         f.write_all(&json)
             .map_err(|e| Error::io("write", &tmp, e))?;
         std::fs::rename(&tmp, &dst).map_err(|e| Error::io("rename into place", &dst, e))
+    }
+
+    /// Records that the container stopped and is kept: saves `state` and
+    /// marks the directory read-only (mode 0555) so [`reap_stale`] skips it
+    /// with one stat.
+    pub fn mark_stopped(&self, state: &ContainerState) -> Result<()> {
+        self.save(state)?;
+        std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(0o555))
+            .map_err(|e| Error::io("mark stopped", &self.path, e))
     }
 
     /// Deletes the directory (and releases the lock).
@@ -290,6 +300,14 @@ pub fn reap_stale(state_root: &Path, containers_dir: &Path) -> Vec<String> {
     if let Ok(entries) = std::fs::read_dir(state_root) {
         for entry in entries.flatten() {
             let path = entry.path();
+            // Stopped (kept) containers are marked read-only: one stat, not a
+            // lock and a read, per kept container on every start.
+            if entry
+                .metadata()
+                .is_ok_and(|m| m.permissions().mode() & 0o200 == 0)
+            {
+                continue;
+            }
             let Ok(dir) = File::open(&path) else { continue };
             // Locked: a live runbox owns it.
             let Ok(lock) = Flock::lock(dir, FlockArg::LockExclusiveNonblock) else {
@@ -381,7 +399,11 @@ mod tests {
             ("kept", state("kept", me, start + 1, Status::Stopped)),
         ] {
             let d = StateDir::create(&root, id).unwrap();
-            d.save(&st).unwrap();
+            if st.status == Status::Stopped {
+                d.mark_stopped(&st).unwrap();
+            } else {
+                d.save(&st).unwrap();
+            }
         }
         let live = StateDir::create(&root, "live").unwrap();
         assert_eq!(reap_stale(&root, &layers), vec!["dead".to_string()]);
