@@ -272,22 +272,23 @@ impl Store {
             let applied = unpacker.apply_layer(&mut progress, i + 1);
             let reader = progress.inner;
             report.extract += t.elapsed();
-            // A digest mismatch explains a broken stream better than the
-            // tar error it caused, so verify before reporting either.
-            let t = Instant::now();
-            let verified = reader.finish_timed().map(|(d, n, hashing)| {
-                // Hashing ran beside extraction; count it and the final drain.
-                report.verify += hashing + t.elapsed();
-                (d, n)
-            });
-            let (diff_id, read) = match (applied, verified) {
-                (_, Err(e)) => return Err(with_file(e, &input.path)),
-                (Err(e), Ok(_)) => return Err(with_file(e, &input.path)),
-                (Ok(stats), Ok(v)) => {
-                    observer.layer_done(i, &stats);
-                    v
+            let stats = match applied {
+                Ok(stats) => stats,
+                Err(e) => {
+                    // A digest mismatch already found explains a broken stream
+                    // better than the tar error it caused. Draining the rest
+                    // to find one could take long (a bomb): stop instead.
+                    let err = reader.abort().unwrap_or(e);
+                    return Err(with_file(err, &input.path));
                 }
             };
+            let t = Instant::now();
+            let (diff_id, read, hashing) = reader
+                .finish_timed()
+                .map_err(|e| with_file(e, &input.path))?;
+            // Hashing ran beside extraction; count it and the final drain.
+            report.verify += hashing + t.elapsed();
+            observer.layer_done(i, &stats);
             report.bytes_read += read;
             diff_ids.push(diff_id);
         }
