@@ -181,6 +181,8 @@ fn env_user_workdir_hostname() {
     let o = b.run(&["-u", "app", "id", "-G"]);
     assert_eq!(stdout(&o).trim(), "1000 2000", "{}", stderr(&o));
 
+    let o = b.run(&["sh", "-c", "umask"]);
+    assert_eq!(stdout(&o).trim(), "0022", "docker's umask: {}", stderr(&o));
     let o = b.run(&["-w", "/new/work/dir", "pwd"]);
     assert_eq!(stdout(&o).trim(), "/new/work/dir", "{}", stderr(&o));
     let o = b.run(&[

@@ -228,6 +228,7 @@ fn child_plan(
         no_new_privileges: process.no_new_privileges().unwrap_or(false),
         seccomp,
         rlimits,
+        umask: user.umask(),
         init: cfg.init,
         sigmask: nix::sys::signal::SigSet::empty(),
     })

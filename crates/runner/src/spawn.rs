@@ -84,6 +84,8 @@ pub struct ChildPlan {
     /// last (before dropping caps when no_new_privs is off).
     pub seccomp: Option<(crate::seccomp::BpfProgram, u32)>,
     pub rlimits: Vec<(nix::sys::resource::Resource, u64, u64)>,
+    /// The process umask (the spec's `user.umask`), set right before exec.
+    pub umask: Option<u32>,
     pub init: bool,
     /// Signal mask to restore before exec (the parent's original one).
     pub sigmask: SigSet,
@@ -325,6 +327,11 @@ fn exec(plan: &ChildPlan) -> Result<Never, ChildError> {
     };
     let c_exe = CString::new(exe.as_os_str().as_bytes())
         .map_err(|_| ChildError::runbox("exec", "NUL in path"))?;
+    if let Some(mask) = plan.umask {
+        nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(
+            mask as libc::mode_t,
+        ));
+    }
     signals::restore(&plan.sigmask).map_err(fail("exec", "restore the signal mask"))?;
     let err = nix::unistd::execve(&c_exe, &plan.args, &plan.env).unwrap_err();
     let code = match err {
