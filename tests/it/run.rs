@@ -221,6 +221,16 @@ fn signals_are_forwarded_to_the_container() {
     )
     .unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(42));
+
+    // Signals ignored by runbox (Rust ignores SIGPIPE; a shell ignores INT for
+    // background jobs) are back to default in the container.
+    let o = b.run(&["grep", "SigIgn", "/proc/self/status"]);
+    assert_eq!(
+        stdout(&o).trim(),
+        "SigIgn:\t0000000000000000",
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -332,6 +332,7 @@ fn exec(plan: &ChildPlan) -> Result<Never, ChildError> {
             mask as libc::mode_t,
         ));
     }
+    syscall::reset_signal_dispositions();
     signals::restore(&plan.sigmask).map_err(fail("exec", "restore the signal mask"))?;
     let err = nix::unistd::execve(&c_exe, &plan.args, &plan.env).unwrap_err();
     let code = match err {

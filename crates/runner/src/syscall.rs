@@ -327,3 +327,42 @@ pub fn move_mount_to(tree: BorrowedFd<'_>, dest: &std::ffi::CStr) -> nix::Result
     })
     .map(drop)
 }
+
+/// Resets every catchable signal (1..=64, real-time ones included) to its
+/// default action. Dispositions set to "ignore" survive execve: without this
+/// the container would inherit Rust's ignored SIGPIPE and, when runbox was
+/// started in the background by a shell, ignored SIGINT/SIGQUIT (so
+/// `trap ... INT` would not work). Raw rt_sigaction: glibc refuses the
+/// signals it reserves (32, 33).
+pub fn reset_signal_dispositions() {
+    // The kernel's struct sigaction on x86_64.
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: u64,
+        restorer: usize,
+        mask: u64,
+    }
+    let dfl = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    for sig in 1..=64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: `dfl` is a valid kernel sigaction of the size the kernel
+        // expects for an 8-byte mask; SIG_DFL runs no code of ours.
+        let _ = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                &dfl as *const KernelSigaction,
+                std::ptr::null_mut::<KernelSigaction>(),
+                8usize,
+            )
+        };
+    }
+}
