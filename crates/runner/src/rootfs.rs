@@ -23,13 +23,49 @@ use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
-use oci_spec::runtime::Spec;
+use nix::unistd::{Gid, Uid};
+use oci_spec::runtime::{LinuxDeviceType, Spec};
 
 use crate::error::{Error, Result};
 use crate::syscall;
 
-/// Device nodes every container gets, bind-mounted from the host's /dev.
-pub const DEFAULT_DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+/// A device node to create in the container's /dev.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    pub path: PathBuf,
+    /// `S_IFCHR`, `S_IFBLK` or `S_IFIFO`.
+    pub kind: libc::mode_t,
+    pub major: u64,
+    pub minor: u64,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Device nodes every container gets (runc's auto-created set): name, major, minor.
+pub const DEFAULT_DEVICE_NUMBERS: &[(&str, u64, u64)] = &[
+    ("null", 1, 3),
+    ("zero", 1, 5),
+    ("full", 1, 7),
+    ("random", 1, 8),
+    ("urandom", 1, 9),
+    ("tty", 5, 0),
+];
+
+fn default_devices() -> Vec<Device> {
+    DEFAULT_DEVICE_NUMBERS
+        .iter()
+        .map(|(name, major, minor)| Device {
+            path: Path::new("/dev").join(name),
+            kind: libc::S_IFCHR,
+            major: *major,
+            minor: *minor,
+            mode: 0o666,
+            uid: 0,
+            gid: 0,
+        })
+        .collect()
+}
 
 /// How the container root is made.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +117,8 @@ pub enum Step {
         target: PathBuf,
         link: PathBuf,
     },
+    /// mknod in /dev (after the /dev tmpfs).
+    Device(Device),
     /// A file runbox provides (/etc/hosts...), bound like `Bind`; skipped when
     /// a read-only root lacks the file and it cannot be created.
     EtcFile {
@@ -262,26 +300,37 @@ pub fn plan(spec: &Spec, mode: RootfsMode, target: PathBuf, host: &HostFiles) ->
             });
         }
     }
-    let mut devices: Vec<PathBuf> = DEFAULT_DEVICES
-        .iter()
-        .map(|d| Path::new("/dev").join(d))
-        .collect();
+    // Device nodes are made with mknod in the fresh /dev tmpfs: cheaper than
+    // bind mounts of the host's nodes (runc does the same outside userns).
+    let mut devices = default_devices();
     if let Some(linux) = spec.linux() {
         for d in linux.devices().iter().flatten() {
-            let p = clean_container_path(d.path());
-            if !devices.contains(&p) {
-                devices.push(p);
-            }
+            let kind = match d.typ() {
+                LinuxDeviceType::C | LinuxDeviceType::U => libc::S_IFCHR,
+                LinuxDeviceType::B => libc::S_IFBLK,
+                LinuxDeviceType::P => libc::S_IFIFO,
+                other => {
+                    return Err(Error::InvalidOption {
+                        option: "device",
+                        value: format!("{} ({other:?})", d.path().display()),
+                        reason: "unsupported device type".into(),
+                    })
+                }
+            };
+            let dev = Device {
+                path: clean_container_path(d.path()),
+                kind,
+                major: d.major() as u64,
+                minor: d.minor() as u64,
+                mode: d.file_mode().unwrap_or(0o666) & 0o7777,
+                uid: d.uid().unwrap_or(0),
+                gid: d.gid().unwrap_or(0),
+            };
+            devices.retain(|x| x.path != dev.path);
+            devices.push(dev);
         }
     }
-    for dev in devices {
-        steps.push(Step::Bind {
-            source: dev.clone(),
-            dest: dev,
-            recursive: false,
-            readonly: false,
-        });
-    }
+    steps.extend(devices.into_iter().map(Step::Device));
     if let Some(console) = &host.console {
         steps.push(Step::Bind {
             source: console.clone(),
@@ -546,6 +595,7 @@ pub fn apply(plan: &MountPlan) -> std::result::Result<(), StepError> {
                 syscall::move_mount_to(tree.as_fd(), &cstr(dest)?)
                     .map_err(err("bind-mount onto", dest))?;
             }
+            Step::Device(d) => make_device(d)?,
             Step::Symlink { target, link } => match std::os::unix::fs::symlink(target, link) {
                 Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
                     return Err(err("create symlink", link)(io_errno(e)))
@@ -582,6 +632,36 @@ pub fn apply(plan: &MountPlan) -> std::result::Result<(), StepError> {
                     .map_err(err("remount read-only", Path::new("/")))?;
             }
         }
+    }
+    Ok(())
+}
+
+fn make_device(d: &Device) -> std::result::Result<(), StepError> {
+    use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+    if let Some(parent) = d.path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| err("create", parent)(io_errno(e)))?;
+    }
+    let kind = SFlag::from_bits_truncate(d.kind);
+    let mode = Mode::from_bits_truncate(d.mode as libc::mode_t);
+    match mknod(&d.path, kind, mode, makedev(d.major, d.minor)) {
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(e) => return Err(err("create device", &d.path)(e)),
+    }
+    // mknod applies the umask; the spec's mode is exact.
+    nix::sys::stat::fchmodat(
+        None,
+        &d.path,
+        mode,
+        nix::sys::stat::FchmodatFlags::FollowSymlink,
+    )
+    .map_err(err("chmod device", &d.path))?;
+    if d.uid != 0 || d.gid != 0 {
+        nix::unistd::chown(
+            &d.path,
+            Some(Uid::from_raw(d.uid)),
+            Some(Gid::from_raw(d.gid)),
+        )
+        .map_err(err("chown device", &d.path))?;
     }
     Ok(())
 }
@@ -721,7 +801,9 @@ mod tests {
             .map(|(p, _, _)| p.to_path_buf())
             .collect();
         assert_eq!(binds[0], Path::new("/srv/host"));
-        assert!(binds.contains(&PathBuf::from("/dev/null")));
+        assert!(!binds.contains(&PathBuf::from("/dev/null")));
+        assert!(s.iter().any(|st| matches!(st, Step::Device(d)
+            if d.path == Path::new("/dev/null") && d.major == 1 && d.minor == 3 && d.mode == 0o666)));
         assert!(binds.contains(&PathBuf::from("/dev/pts/7")));
         assert!(binds.contains(&PathBuf::from("/run/runbox/x/hosts")));
         assert!(s.contains(&Step::EtcFile {
