@@ -22,10 +22,22 @@ pub struct Cli {
 #[derive(Debug, Clone, Args)]
 pub struct GlobalArgs {
     /// Image store root
-    #[arg(long, global = true, env = "RUNBOX_ROOT", default_value = "/var/lib/runbox", value_name = "DIR")]
+    #[arg(
+        long,
+        global = true,
+        env = "RUNBOX_ROOT",
+        default_value = "/var/lib/runbox",
+        value_name = "DIR"
+    )]
     pub root: PathBuf,
     /// Container state directory (tmpfs)
-    #[arg(long, global = true, env = "RUNBOX_STATE", default_value = "/run/runbox", value_name = "DIR")]
+    #[arg(
+        long,
+        global = true,
+        env = "RUNBOX_STATE",
+        default_value = "/run/runbox",
+        value_name = "DIR"
+    )]
     pub state: PathBuf,
 }
 
@@ -46,7 +58,9 @@ pub enum Timings {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Load an image tarball or OCI layout into the store
-    #[command(after_help = "Examples:\n  runbox load busybox.tar\n  runbox load -q --tag app:ci oci-layout/\n  runbox load images.tar:debian:12\n  runbox load images.tar@1")]
+    #[command(
+        after_help = "Examples:\n  runbox load busybox.tar\n  runbox load -q --tag app:ci oci-layout/\n  runbox load images.tar:debian:12\n  runbox load images.tar@1"
+    )]
     Load(LoadArgs),
     /// List stored images
     Images(ImagesArgs),
@@ -58,8 +72,69 @@ pub enum Command {
     #[command(after_help = "Examples:\n  runbox prune --dry-run\n  runbox prune --until 72h")]
     Prune(PruneArgs),
     /// Run a command in a new container
-    #[command(after_help = "Examples:\n  runbox run busybox.tar -- /bin/true\n  runbox run busybox.tar sh -c 'exit 3'\n  runbox run -e FOO=bar -w /tmp -u 1000 --network none busybox.tar env\n  runbox run -v $PWD:/src:ro --timeout 30s busybox.tar ls /src")]
+    #[command(
+        after_help = "Examples:\n  runbox run busybox.tar -- /bin/true\n  runbox run busybox.tar sh -c 'exit 3'\n  runbox run -e FOO=bar -w /tmp -u 1000 --network none busybox.tar env\n  runbox run -v $PWD:/src:ro --timeout 30s busybox.tar ls /src"
+    )]
     Run(Box<RunArgs>),
+    /// List containers
+    #[command(after_help = "Examples:\n  runbox ps\n  runbox ps -a --format json\n  runbox ps -q")]
+    Ps(PsArgs),
+    /// Print a container's output (detached containers)
+    Logs(LogsArgs),
+    /// Stop containers: SIGTERM, then SIGKILL after the grace period
+    Stop(StopArgs),
+    /// Send a signal to containers
+    Kill(KillArgs),
+    /// Remove stopped containers (-f: running ones too)
+    Rm(RmArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PsArgs {
+    /// Show all containers (default: running only)
+    #[arg(long, short)]
+    pub all: bool,
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+    /// Print only full container IDs
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// Keep printing new output until the container exits
+    #[arg(long, short)]
+    pub follow: bool,
+    /// Container name, ID or ID prefix
+    pub container: String,
+}
+
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    /// Seconds to wait after SIGTERM before SIGKILL
+    #[arg(long, short = 't', default_value_t = 10, value_name = "SECONDS")]
+    pub time: u64,
+    #[arg(required = true, value_name = "NAME|ID")]
+    pub containers: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct KillArgs {
+    /// Signal name or number (KILL, SIGTERM, 15)
+    #[arg(long, short, default_value = "KILL")]
+    pub signal: String,
+    #[arg(required = true, value_name = "NAME|ID")]
+    pub containers: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RmArgs {
+    /// Kill and remove running containers
+    #[arg(long, short)]
+    pub force: bool,
+    #[arg(required = true, value_name = "NAME|ID")]
+    pub containers: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -174,6 +249,21 @@ pub struct RunArgs {
     /// Keep the stopped container
     #[arg(long, conflicts_with = "rm")]
     pub keep: bool,
+    /// Run in the background under a supervisor and print the container ID
+    #[arg(short, long)]
+    pub detach: bool,
+    /// A unique name for the container
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Memory limit (b, k, m, g suffixes)
+    #[arg(short, long, value_name = "BYTES")]
+    pub memory: Option<String>,
+    /// CPU limit (fractional)
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<String>,
+    /// Maximum number of processes and threads
+    #[arg(long, value_name = "N")]
+    pub pids_limit: Option<String>,
     /// Run a plain directory instead of an image
     #[arg(long, value_name = "DIR")]
     pub rootfs: Option<PathBuf>,
@@ -185,6 +275,10 @@ pub struct RunArgs {
     pub timings: Option<Timings>,
     /// IMAGE (tarball, layout, name or ID) then the command and its arguments;
     /// with --rootfs, only the command
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "IMAGE [--] CMD")]
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "IMAGE [--] CMD"
+    )]
     pub args: Vec<String>,
 }

@@ -36,6 +36,15 @@ pub fn prune(global: &GlobalArgs, args: PruneArgs) -> anyhow::Result<ExitCode> {
     } else {
         "Deleted"
     };
+    let stopped = runbox_runner::lifecycle::prune_stopped(
+        &global.state,
+        &store.containers_dir(),
+        until,
+        args.dry_run,
+    );
+    for id in &stopped {
+        println!("{verb}: container {id}");
+    }
     let mut bytes = 0;
     for rec in &report.images {
         bytes += rec.size;

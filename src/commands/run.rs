@@ -109,6 +109,7 @@ pub fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
     let t0 = Instant::now();
     let timings = args.timings;
     let id = container::new_id();
+    let life = super::detach::RunLifecycle::from_args(&args)?;
     let opts = RunOptions::from_args(args, &id)?;
     let store = Store::open(&global.root).context("run: open store")?;
     let (label, image_dir, image_config) = match (&opts.rootfs, &opts.image) {
@@ -146,12 +147,20 @@ pub fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
         interactive: opts.config.interactive,
         init: opts.init,
         timeout: opts.timeout,
-        keep: opts.keep,
+        keep: life.keep(opts.keep),
+        lifecycle: life.extras(),
     };
+    let _name = life.claim_name(&global.state, &cfg.id, cfg.keep)?;
+    if life.detach {
+        return super::detach::detach(&spec, cfg);
+    }
     let resolve = t0.elapsed();
     let report = container::run(&spec, &cfg).context("run")?;
     if let Exit::ExecFailed { message, .. } = &report.exit {
         eprintln!("runbox: {message}");
+    }
+    if report.oom_killed {
+        eprintln!("runbox: the container was killed: it hit its memory limit (--memory)");
     }
     let t = &report.timings;
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;

@@ -53,6 +53,8 @@ pub struct ContainerConfig {
     pub timeout: Option<Duration>,
     /// Keep the stopped container's state and writable layer.
     pub keep: bool,
+    /// Name, resource limits, detached logging and readiness report.
+    pub lifecycle: crate::lifecycle::RunExtras,
 }
 
 /// How the container ended.
@@ -96,6 +98,8 @@ pub struct Timings {
 #[derive(Debug)]
 pub struct RunReport {
     pub exit: Exit,
+    /// PID 1 was killed for exceeding the memory limit.
+    pub oom_killed: bool,
     pub timings: Timings,
 }
 
@@ -104,11 +108,16 @@ struct Cleanup<'a> {
     cfg: &'a ContainerConfig,
     state: Option<StateDir>,
     layer: bool,
+    /// Removed even when kept: nothing runs in it once PID 1 is gone.
+    cgroup: Option<crate::cgroups::Cgroup>,
 }
 
 impl Cleanup<'_> {
     fn finish(&mut self) -> Result<()> {
         let mut first = Ok(());
+        if let Some(cgroup) = self.cgroup.take() {
+            first = cgroup.remove();
+        }
         if self.layer && !self.cfg.keep {
             self.layer = false;
             first = state::discard_layer_in_background(&self.cfg.containers_dir, &self.cfg.id);
@@ -231,6 +240,7 @@ fn child_plan(
         umask: user.umask(),
         init: cfg.init,
         sigmask: nix::sys::signal::SigSet::empty(),
+        cgroup_wait: None,
     })
 }
 
@@ -248,6 +258,7 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
         cfg,
         state: None,
         layer: false,
+        cgroup: None,
     };
     let dir = StateDir::create(&cfg.state_root, &cfg.id)?;
     let mut host = HostFiles::default();
@@ -259,7 +270,11 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
         let src = dir.write_file(&format!("etc-{name}"), content.as_bytes())?;
         host.etc.push((dst.clone(), src));
     }
+    if cfg.lifecycle.log_to_file {
+        crate::lifecycle::redirect_output_to_log(dir.path())?;
+    }
     cleanup.state = Some(dir);
+    cleanup.cgroup = crate::lifecycle::create_cgroup(&cfg.id, &cfg.lifecycle.limits)?;
 
     let layer = cfg.containers_dir.join(&cfg.id);
     let target = layer.join("merged");
@@ -326,24 +341,44 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
             .map_err(|e| Error::io("create signalfd for", "runbox", e.into()))?;
         let (sync_r, sync_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
             .map_err(|e| Error::io("create sync pipe for", &cfg.id, e.into()))?;
+        let cgroup = cleanup.cgroup.as_ref();
+        let into_fd = cgroup.and_then(|c| c.clone_into_fd());
+        let cgroup_go = match cgroup {
+            Some(_) if into_fd.is_none() => {
+                let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
+                    .map_err(|e| Error::io("create cgroup pipe for", &cfg.id, e.into()))?;
+                plan.cgroup_wait = Some(r);
+                Some(w)
+            }
+            _ => None,
+        };
         let spawned = Instant::now();
-        let (pid, pidfd) = spawn::clone_container(flags, plan, stdio, sync_w)
+        let (pid, pidfd) = spawn::clone_container_in(flags, plan, stdio, sync_w, into_fd)
             .map_err(|e| Error::io("clone container process", &cfg.image_dir, e.into()))?;
-        if let Some(dir) = &cleanup.state {
-            dir.save(&ContainerState {
-                id: cfg.id.clone(),
-                pid: pid.as_raw(),
-                pid_start_time: state::pid_start_time(pid.as_raw()).unwrap_or(0),
-                image: cfg.image.clone(),
-                rootfs: cfg.image_dir.clone(),
-                created: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
-                status: Status::Running,
-                exit_code: None,
-            })?;
-        }
         let pidfd = pidfd
             .ok_or_else(|| Error::io("get pidfd of", &cfg.id, std::io::Error::other("none")))?;
-        match wait_loop(cfg, pid, &pidfd, &sigfd, sync_r, master.as_ref(), spawned) {
+        let started = (|| {
+            if let (Some(cg), Some(go)) = (cgroup, cgroup_go) {
+                cg.add_process(pid)?;
+                let _ = nix::unistd::write(&go, b"g");
+            }
+            if let Some(dir) = &cleanup.state {
+                dir.save(&ContainerState {
+                    id: cfg.id.clone(),
+                    pid: pid.as_raw(),
+                    pid_start_time: state::pid_start_time(pid.as_raw()).unwrap_or(0),
+                    image: cfg.image.clone(),
+                    rootfs: cfg.image_dir.clone(),
+                    created: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+                    status: Status::Running,
+                    ..crate::lifecycle::state_fields(spec, cfg, dir.path(), cgroup)
+                })?;
+            }
+            Ok(())
+        })();
+        match started
+            .and_then(|()| wait_loop(cfg, pid, &pidfd, &sigfd, sync_r, master.as_ref(), spawned))
+        {
             Ok(waited) => Ok((pid, waited)),
             Err(e) => {
                 // Never leave a container behind an error: kill and reap it.
@@ -382,11 +417,18 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
             })
         }
     };
+    let oom_killed = cleanup.cgroup.as_ref().is_some_and(|cg| {
+        cg.oom_facts()
+            .is_ok_and(|f| f.explains_death(exit == Exit::Signaled(libc::SIGKILL)))
+    });
     if cfg.keep {
         if let Some(dir) = &cleanup.state {
             if let Ok(mut st) = state::load(dir.path()) {
                 st.status = Status::Stopped;
                 st.exit_code = Some(exit.code() as i32);
+                st.finished =
+                    Some(humantime::format_rfc3339_seconds(SystemTime::now()).to_string());
+                st.oom_killed = oom_killed;
                 dir.mark_stopped(&st)?;
             }
         }
@@ -395,6 +437,7 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
     let spawn = exec_at.saturating_duration_since(t0).saturating_sub(mount);
     Ok(RunReport {
         exit,
+        oom_killed,
         timings: Timings {
             mount,
             spawn,
@@ -472,6 +515,9 @@ fn wait_loop(
                     Ok(0) | Err(_) => {
                         sync = None;
                         exec_at = Some(Instant::now());
+                        if spawn::parse_sync(&sync_bytes).error.is_none() {
+                            cfg.lifecycle.report_running();
+                        }
                     }
                     // The child writes a few short lines; cap what we keep.
                     Ok(n) if sync_bytes.len() < 64 * 1024 => {

@@ -64,6 +64,18 @@ pub enum Error {
     /// The container process failed before exec; `message` names the phase and path.
     #[error("container {id}: {message}")]
     ContainerSetup { id: String, message: String },
+    /// `--name` is taken by another container.
+    #[error("the container name `{name}` is already in use by container {id}; remove it (runbox rm {name}) or choose another name")]
+    NameInUse { name: String, id: String },
+    /// No container has this name, id or id prefix.
+    #[error("no such container: {0}")]
+    NoSuchContainer(String),
+    /// An id prefix matches several containers.
+    #[error("container id prefix `{prefix}` is ambiguous: it matches {count} containers")]
+    AmbiguousContainer { prefix: String, count: usize },
+    /// The operation needs a running (or a stopped) container.
+    #[error("container {id} {reason}")]
+    ContainerState { id: String, reason: String },
 }
 
 impl Error {

@@ -15,6 +15,9 @@
 //! spawn         the one fork: parent/child sync, pid 1, wait
 //! exec          entering a running container
 //! state         container state directory on disk
+//! lifecycle     names, ps listing, signals via pidfd, stop/kill/rm, limits
+//! supervisor    the per-container process of `run -d` that records the exit
+//! logs          a detached container's log file, `logs -f`
 //! ```
 //!
 //! Everything above `rootfs` decides; everything from `rootfs` on acts.
@@ -49,5 +52,11 @@ pub mod signals;
 pub mod state;
 
 pub mod container;
+
+pub mod lifecycle;
+
+pub mod supervisor;
+
+pub mod logs;
 
 pub use error::{Error, Result};

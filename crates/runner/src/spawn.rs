@@ -89,6 +89,10 @@ pub struct ChildPlan {
     pub init: bool,
     /// Signal mask to restore before exec (the parent's original one).
     pub sigmask: SigSet,
+    /// v1 cgroups: the child blocks reading this until the parent has moved
+    /// it into the container's cgroup (a byte, or EOF), so nothing it execs
+    /// escapes the limits. The move overlaps with the child's setup.
+    pub cgroup_wait: Option<OwnedFd>,
 }
 
 /// A setup failure: the exit code and a one-line message naming the phase.
@@ -151,7 +155,18 @@ pub fn clone_container(
     stdio: Stdio,
     sync: OwnedFd,
 ) -> nix::Result<(Pid, Option<OwnedFd>)> {
-    match syscall::clone_into(flags)? {
+    clone_container_in(flags, plan, stdio, sync, None)
+}
+
+/// [`clone_container`] with the child born in the cgroup2 directory `cgroup`.
+pub fn clone_container_in(
+    flags: nix::sched::CloneFlags,
+    plan: ChildPlan,
+    stdio: Stdio,
+    sync: OwnedFd,
+    cgroup: Option<BorrowedFd<'_>>,
+) -> nix::Result<(Pid, Option<OwnedFd>)> {
+    match syscall::clone_into_cgroup(flags, cgroup)? {
         Forked::Parent { pid, pidfd } => Ok((pid, pidfd)),
         Forked::Child => {
             let code = match child_setup(&plan, stdio, sync.as_fd()) {
@@ -239,6 +254,16 @@ fn child_setup(plan: &ChildPlan, stdio: Stdio, sync: BorrowedFd<'_>) -> Result<N
         }
     }
 
+    if let Some(wait) = &plan.cgroup_wait {
+        let mut byte = [0u8; 1];
+        loop {
+            match nix::unistd::read(wait.as_raw_fd(), &mut byte) {
+                Err(Errno::EINTR) => {}
+                Ok(_) => break,
+                Err(e) => return Err(fail("cgroup", "wait to be moved into the cgroup")(e)),
+            }
+        }
+    }
     if plan.init {
         run_init(plan, sync)
     } else {

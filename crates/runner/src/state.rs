@@ -6,6 +6,16 @@
 //!     hosts hostname resolv.conf   bind-mounted into the container
 //! ```
 //!
+//! ```text
+//! <state>/<id>/container.log   stdout+stderr of a detached container
+//! <state>/.names/<name>        the id owning <name>, created with O_EXCL
+//! ```
+//!
+//! Names are unique without a global lock: claiming one is an `O_EXCL`
+//! create of `.names/<name>` holding the id. An entry whose id has no state
+//! dir any more (a run that was SIGKILLed) is stale and may be taken over
+//! (`lifecycle::claim_name`). Scanners of the state root skip dot entries.
+//!
 //! `state.json` is replaced atomically (write a temporary file, rename).
 //! A directory whose lock can be taken while its status says `running` was
 //! left by a runbox that died (SIGKILL): [`reap_stale`] removes it together
@@ -29,15 +39,16 @@ use crate::error::{Error, Result};
 /// Largest state.json we read back (it is a few hundred bytes).
 const MAX_STATE_JSON: u64 = 64 * 1024;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
+    #[default]
     Created,
     Running,
     Stopped,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ContainerState {
     pub id: String,
     pub pid: i32,
@@ -52,6 +63,32 @@ pub struct ContainerState {
     /// Exit code once stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
+    /// `--name`, unique among containers (see `.names/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The command PID 1 runs (the spec's process args).
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// Where stdout/stderr go (detached containers only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_path: Option<PathBuf>,
+    /// The container's cgroup directories, when it was given limits
+    /// (`cgroups::Cgroup::open(id)` finds them again); empty without.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroup: Vec<PathBuf>,
+    /// Pid of the runbox process that waits for PID 1 (the foreground
+    /// `runbox run`, or a detached container's supervisor).
+    #[serde(default)]
+    pub monitor_pid: i32,
+    /// Detached (`run -d`): the logs are in `log_path`.
+    #[serde(default)]
+    pub detached: bool,
+    /// RFC 3339 time PID 1 exited, once stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished: Option<String>,
+    /// PID 1 was killed because the container exceeded its memory limit.
+    #[serde(default)]
+    pub oom_killed: bool,
 }
 
 /// A container's state directory, locked for as long as this value lives.
@@ -299,6 +336,10 @@ pub fn reap_stale(state_root: &Path, containers_dir: &Path) -> Vec<String> {
     let mut reaped = Vec::new();
     if let Ok(entries) = std::fs::read_dir(state_root) {
         for entry in entries.flatten() {
+            // `.names/` and other bookkeeping, never a container.
+            if entry.file_name().as_encoded_bytes().starts_with(b".") {
+                continue;
+            }
             let path = entry.path();
             // Stopped (kept) containers are marked read-only: one stat, not a
             // lock and a read, per kept container on every start.
@@ -365,7 +406,7 @@ mod tests {
             rootfs: "/r".into(),
             created: "2024-01-01T00:00:00Z".into(),
             status,
-            exit_code: None,
+            ..ContainerState::default()
         }
     }
 

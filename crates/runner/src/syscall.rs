@@ -41,11 +41,24 @@ struct CloneArgs {
 /// Must be called while the process is single-threaded (runbox never starts
 /// threads before this), for the same reasons as fork.
 pub fn clone_into(namespaces: CloneFlags) -> nix::Result<Forked> {
+    clone_into_cgroup(namespaces, None)
+}
+
+/// [`clone_into`], with the child born in the cgroup2 directory `cgroup`
+/// (`CLONE_INTO_CGROUP`) when given: no later move into the cgroup.
+pub fn clone_into_cgroup(
+    namespaces: CloneFlags,
+    cgroup: Option<BorrowedFd<'_>>,
+) -> nix::Result<Forked> {
+    const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
     let mut pidfd: RawFd = -1;
     let args = CloneArgs {
-        flags: namespaces.bits() as u64 | libc::CLONE_PIDFD as u64,
+        flags: namespaces.bits() as u64
+            | libc::CLONE_PIDFD as u64
+            | cgroup.map_or(0, |_| CLONE_INTO_CGROUP),
         pidfd: &mut pidfd as *mut RawFd as u64,
         exit_signal: libc::SIGCHLD as u64,
+        cgroup: cgroup.map_or(0, |fd| fd.as_raw_fd() as u64),
         ..CloneArgs::default()
     };
     // SAFETY: `args` is a valid clone_args of the size passed; stack 0 means
@@ -365,4 +378,29 @@ pub fn reset_signal_dispositions() {
             )
         };
     }
+}
+
+/// A pidfd for process `pid` (pidfd_open(2)); it keeps naming that process
+/// even if the pid is reused later.
+pub fn pidfd_open(pid: Pid) -> nix::Result<OwnedFd> {
+    // SAFETY: integer arguments only; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+    let fd = Errno::result(fd)? as RawFd;
+    // SAFETY: the kernel returned a fresh descriptor we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sends `signal` to the process of `pidfd` (pidfd_send_signal(2)).
+pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, signal: i32) -> nix::Result<()> {
+    // SAFETY: a null siginfo means "as kill(2) would"; other arguments are integers.
+    Errno::result(unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    })
+    .map(drop)
 }
