@@ -2,4 +2,5 @@
 
 mod common;
 mod load;
+mod lifecycle;
 mod run;

@@ -417,10 +417,10 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
             })
         }
     };
-    let oom_killed = cleanup.cgroup.as_ref().is_some_and(|cg| {
-        cg.oom_facts()
-            .is_ok_and(|f| f.explains_death(exit == Exit::Signaled(libc::SIGKILL)))
-    });
+    let oom_killed = cleanup
+        .cgroup
+        .as_ref()
+        .is_some_and(|cg| crate::lifecycle::oom_explains(cg, &exit));
     if cfg.keep {
         if let Some(dir) = &cleanup.state {
             if let Ok(mut st) = state::load(dir.path()) {

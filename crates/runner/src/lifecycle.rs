@@ -88,6 +88,19 @@ pub fn create_cgroup(id: &str, limits: &Limits) -> Result<Option<Cgroup>> {
     Cgroup::create(id, limits).map(Some)
 }
 
+/// Whether the OOM killer explains how the container ended: a counted OOM
+/// kill in its cgroup (PID 1 may be a shell that reports its killed child
+/// as 137), or without that counter, a hit limit and a SIGKILL/137 ending.
+pub fn oom_explains(cgroup: &Cgroup, exit: &crate::container::Exit) -> bool {
+    let Ok(facts) = cgroup.oom_facts() else {
+        return false;
+    };
+    match facts.oom_kills {
+        Some(kills) => kills > 0,
+        None => facts.explains_death(exit.code() == 137),
+    }
+}
+
 /// Points this process's stdout and stderr at `<dir>/container.log` (the
 /// supervisor does this; the container inherits them).
 pub fn redirect_output_to_log(dir: &Path) -> Result<()> {
