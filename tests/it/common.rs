@@ -32,7 +32,10 @@ impl TestEnv {
     pub fn new() -> TestEnv {
         // Under the store's usual filesystem (not /tmp, which may be tmpfs) so overlay works.
         let base = Path::new("/var/tmp");
-        let dir = tempfile::Builder::new().prefix("runbox-it-").tempdir_in(base).expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("runbox-it-")
+            .tempdir_in(base)
+            .expect("tempdir");
         TestEnv { dir }
     }
     pub fn root(&self) -> PathBuf {
@@ -44,7 +47,10 @@ impl TestEnv {
     /// `runbox --root R --state S ARGS...`
     pub fn cmd(&self) -> Command {
         let mut c = Command::new(runbox_bin());
-        c.arg("--root").arg(self.root()).arg("--state").arg(self.state());
+        c.arg("--root")
+            .arg(self.root())
+            .arg("--state")
+            .arg(self.state());
         c
     }
     pub fn run(&self, args: &[&str]) -> Output {

@@ -12,8 +12,8 @@ pub mod compress;
 pub mod digest;
 pub mod error;
 pub mod format;
-pub mod unpack;
-pub mod store;
 pub mod gc;
+pub mod store;
+pub mod unpack;
 
 pub use error::{Error, Result};
