@@ -1,7 +1,8 @@
 //! Runs one container to completion: the orchestration of a `runbox run`.
 //!
 //! ```text
-//! reap debris of killed runs -> state dir (locked) + /etc files -> layer dirs
+//! reap debris of killed runs -> state dir (locked) + /etc files -> [cgroup]
+//! -> layer dirs
 //! -> [pty, raw mode] -> block signals -> spawn::clone_container
 //! -> poll loop: sync pipe (mount time, setup error), pidfd (exit), signalfd
 //!    (forward, or resize the pty), pty master <-> stdio, --timeout deadline

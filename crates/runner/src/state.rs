@@ -2,7 +2,9 @@
 //!
 //! ```text
 //! <state>/<id>/            flock(LOCK_EX) held by the runbox that runs it
-//!     state.json           id, pid, pid start time, image, rootfs, created, status
+//!     state.json           id, pid, pid start time, image, rootfs, created, status,
+//!                          exit code, name, command, log path, cgroup dirs,
+//!                          monitor pid, detached, finished, oom_killed
 //!     hosts hostname resolv.conf   bind-mounted into the container
 //! ```
 //!
