@@ -76,6 +76,11 @@ pub enum Command {
         after_help = "Examples:\n  runbox run busybox.tar -- /bin/true\n  runbox run busybox.tar sh -c 'exit 3'\n  runbox run -e FOO=bar -w /tmp -u 1000 --network none busybox.tar env\n  runbox run -v $PWD:/src:ro --timeout 30s busybox.tar ls /src"
     )]
     Run(Box<RunArgs>),
+    /// Run a command in a running container
+    #[command(
+        after_help = "Examples:\n  runbox exec web -- ls /\n  runbox exec -it web sh\n  runbox exec -u 1000 -w /tmp -e DEBUG=1 3f2a env"
+    )]
+    Exec(ExecArgs),
     /// List containers
     #[command(after_help = "Examples:\n  runbox ps\n  runbox ps -a --format json\n  runbox ps -q")]
     Ps(PsArgs),
@@ -279,6 +284,36 @@ pub struct RunArgs {
         trailing_var_arg = true,
         allow_hyphen_values = true,
         value_name = "IMAGE [--] CMD"
+    )]
+    pub args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Keep stdin open
+    #[arg(short, long)]
+    pub interactive: bool,
+    /// Allocate a pseudo-terminal
+    #[arg(short, long)]
+    pub tty: bool,
+    /// Set environment variables (KEY=VALUE, or KEY to take it from the host)
+    #[arg(short, long = "env", value_name = "KEY[=VALUE]")]
+    pub env: Vec<String>,
+    /// Working directory inside the container
+    #[arg(short, long, value_name = "DIR")]
+    pub workdir: Option<String>,
+    /// User and group (name or id)
+    #[arg(short, long, value_name = "USER[:GROUP]")]
+    pub user: Option<String>,
+    /// Start the command and return without waiting for it
+    #[arg(short, long)]
+    pub detach: bool,
+    /// Container name, ID or ID prefix, then the command and its arguments
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required = true,
+        value_name = "CONTAINER [--] CMD"
     )]
     pub args: Vec<String>,
 }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use crate::cli::{Cli, Command};
 
 mod detach;
+mod exec;
 mod images;
 mod inspect;
 mod kill;
@@ -26,6 +27,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Rmi(args) => rmi::rmi(&global, args),
         Command::Prune(args) => prune::prune(&global, args),
         Command::Run(args) => run::run(&global, *args),
+        Command::Exec(args) => exec::exec(&global, args),
         Command::Ps(args) => ps::ps(&global, args),
         Command::Logs(args) => logs::logs(&global, args),
         Command::Stop(args) => stop::stop(&global, args),

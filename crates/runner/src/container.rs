@@ -151,7 +151,7 @@ fn cstrings<'a>(what: &'static str, items: impl Iterator<Item = &'a str>) -> Res
         .collect()
 }
 
-fn rlimit(t: PosixRlimitType) -> Option<nix::sys::resource::Resource> {
+pub(crate) fn rlimit(t: PosixRlimitType) -> Option<nix::sys::resource::Resource> {
     use nix::sys::resource::Resource as R;
     Some(match t {
         PosixRlimitType::RlimitAs => R::RLIMIT_AS,
@@ -274,6 +274,10 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
     if cfg.lifecycle.log_to_file {
         crate::lifecycle::redirect_output_to_log(dir.path())?;
     }
+    // What `runbox exec` needs to enter the container the same way.
+    let config =
+        serde_json::to_vec(spec).map_err(|e| Error::io("encode", "config.json", e.into()))?;
+    dir.write_file(crate::exec::CONFIG_JSON, &config)?;
     cleanup.state = Some(dir);
     cleanup.cgroup = crate::lifecycle::create_cgroup(&cfg.id, &cfg.lifecycle.limits)?;
 

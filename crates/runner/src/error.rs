@@ -76,6 +76,9 @@ pub enum Error {
     /// The operation needs a running (or a stopped) container.
     #[error("container {id} {reason}")]
     ContainerState { id: String, reason: String },
+    /// `exec` into a container whose PID 1 is gone (exited, or its pid reused).
+    #[error("container {id} is not running")]
+    NotRunning { id: String },
 }
 
 impl Error {

@@ -43,6 +43,8 @@ pub mod cgroups;
 
 pub mod spawn;
 
+pub mod exec;
+
 pub mod syscall;
 
 pub mod pty;

@@ -103,7 +103,7 @@ pub struct ChildError {
 }
 
 impl ChildError {
-    fn runbox(phase: &str, detail: impl std::fmt::Display) -> ChildError {
+    pub(crate) fn runbox(phase: &str, detail: impl std::fmt::Display) -> ChildError {
         ChildError {
             code: EXIT_RUNBOX,
             message: format!("{phase}: {detail}"),
@@ -111,7 +111,7 @@ impl ChildError {
     }
 }
 
-fn fail(phase: &'static str, what: impl std::fmt::Display) -> impl FnOnce(Errno) -> ChildError {
+pub(crate) fn fail(phase: &'static str, what: impl std::fmt::Display) -> impl FnOnce(Errno) -> ChildError {
     move |e| ChildError::runbox(phase, format_args!("failed to {what}: {}", e.desc()))
 }
 
@@ -137,7 +137,7 @@ pub fn parse_sync(bytes: &[u8]) -> SyncReport {
     r
 }
 
-fn write_all(fd: BorrowedFd<'_>, mut buf: &[u8]) {
+pub(crate) fn write_all(fd: BorrowedFd<'_>, mut buf: &[u8]) {
     while !buf.is_empty() {
         match nix::unistd::write(fd, buf) {
             Ok(n) => buf = &buf[n..],
@@ -183,7 +183,7 @@ pub fn clone_container_in(
     }
 }
 
-enum Never {}
+pub(crate) enum Never {}
 
 fn child_setup(plan: &ChildPlan, stdio: Stdio, sync: BorrowedFd<'_>) -> Result<Never, ChildError> {
     // Die with runbox: nothing may outlive a SIGKILLed parent.
@@ -271,11 +271,11 @@ fn child_setup(plan: &ChildPlan, stdio: Stdio, sync: BorrowedFd<'_>) -> Result<N
     }
 }
 
-fn pty_attach(slave: BorrowedFd<'_>) -> Result<(), ChildError> {
+pub(crate) fn pty_attach(slave: BorrowedFd<'_>) -> Result<(), ChildError> {
     crate::pty::attach_slave(slave).map_err(fail("tty", "attach the pty as controlling terminal"))
 }
 
-fn set_credentials(plan: &ChildPlan) -> Result<(), ChildError> {
+pub(crate) fn set_credentials(plan: &ChildPlan) -> Result<(), ChildError> {
     if let Some(caps) = &plan.caps {
         for cap in 0..=caps.last_cap.min(63) {
             if caps.bounding & (1 << cap) == 0 {
@@ -335,7 +335,7 @@ pub fn find_executable(argv0: &Path, path_var: Option<&str>) -> Option<PathBuf> 
         })
 }
 
-fn exec(plan: &ChildPlan) -> Result<Never, ChildError> {
+pub(crate) fn exec(plan: &ChildPlan) -> Result<Never, ChildError> {
     let argv0 = plan
         .args
         .first()

@@ -1,0 +1,746 @@
+//! `runbox exec`: one more process inside a running container, with the
+//! container's namespaces, root, user, environment, working directory,
+//! capabilities, seccomp filter, no_new_privs and cgroup. Only the state
+//! directory is read (`state.json`, and `config.json`: the Spec the container
+//! was started with); the image store is never touched.
+//!
+//! ```text
+//! runbox exec (parent)                          child
+//!   NAME|ID -> <state>/<id>/state.json
+//!   pidfd_open(pid), THEN compare /proc/<pid>/stat start time with state.json
+//!   config.json, cached seccomp BPF, open the cgroup's cgroup.procs files
+//!   setns(pidfd, MNT|PID|UTS|IPC[|NET|CGROUP])   (root and cwd: the container's /)
+//!   -u: the container's /etc/passwd; -t: a pty from the container's /dev/ptmx
+//!   block signals, pipe(O_CLOEXEC)
+//!   clone3(PIDFD) ──────────────────────────▶ in the container's pid namespace:
+//!   poll(sync pipe, pidfd, signalfd, pty)       write "0" to cgroup.procs (join)
+//!                                               stdio, setsid, rlimits
+//!                                               [nnp] seccomp, bounding set, ids, capset
+//!                                               chdir, [nnp: seccomp], PATH lookup
+//!   EOF on the pipe = exec succeeded     ◀──  execve (the pipe closes on exec)
+//!   "E<code> <message>\n" = failure      ◀──  or: report the error and _exit(code)
+//! ```
+//!
+//! PID reuse cannot redirect an exec: the pidfd is opened before the start
+//! time is checked, so it names the container's PID 1 or the check fails; a
+//! setns through the pidfd then joins that very process, or fails with ESRCH
+//! once it is gone. setns with `CLONE_NEWPID` only moves future children, so
+//! the parent joins everything and clones once: the child is born inside.
+//! runbox must be single-threaded here (joining a mount namespace requires it).
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sched::CloneFlags;
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
+use oci_spec::runtime::{LinuxCapabilities, Process, Spec};
+
+use crate::container::Exit;
+use crate::error::{Error, Result};
+use crate::rootfs::{MountPlan, RootfsMode};
+use crate::spawn::{self, CapSets, ChildError, ChildPlan, Never};
+use crate::user::ResolvedUser;
+use crate::{namespaces, pty, signals, syscall};
+
+/// The Spec a container was started with, in its state directory.
+pub const CONFIG_JSON: &str = "config.json";
+
+/// Largest config.json we read (docker's seccomp profile makes it ~30 KiB).
+const MAX_CONFIG_JSON: u64 = 4 << 20;
+
+/// What to run and how, from `runbox exec`'s flags.
+#[derive(Debug, Clone, Default)]
+pub struct ExecConfig {
+    /// Name, full id or unique id prefix.
+    pub container: String,
+    /// The state root (`--state`).
+    pub state_root: PathBuf,
+    /// Where compiled seccomp programs are cached.
+    pub seccomp_cache: PathBuf,
+    /// The command and its arguments.
+    pub args: Vec<String>,
+    /// `KEY=VALUE` entries replacing or extending the container's environment.
+    pub env: Vec<String>,
+    /// Absolute working directory instead of the container's.
+    pub workdir: Option<String>,
+    /// `USER[:GROUP]` instead of the container's, resolved in its /etc/passwd.
+    pub user: Option<String>,
+    pub tty: bool,
+    pub interactive: bool,
+    /// Return once the command runs, without waiting; its stdio is /dev/null.
+    pub detach: bool,
+}
+
+impl ExecConfig {
+    /// Checks what can be checked before touching the container.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |option: &'static str, value: &str, reason: &str| Error::InvalidOption {
+            option,
+            value: value.to_string(),
+            reason: reason.into(),
+        };
+        if self.args.is_empty() {
+            return Err(Error::NoCommand);
+        }
+        for e in &self.env {
+            crate::env::validate_entry(e)?;
+        }
+        if let Some(w) = &self.workdir {
+            if !w.starts_with('/') {
+                return Err(bad("--workdir", w, "must be an absolute path"));
+            }
+            if w.contains('\0') {
+                return Err(bad("--workdir", w, "contains a NUL byte"));
+            }
+        }
+        if self.detach && self.tty {
+            return Err(bad("--detach", "-t", "cannot be combined with a tty"));
+        }
+        Ok(())
+    }
+}
+
+/// Reads the Spec saved in a container's state directory.
+pub fn load_config(dir: &Path) -> Result<Spec> {
+    let p = dir.join(CONFIG_JSON);
+    let f = File::open(&p).map_err(|e| Error::io("open", &p, e))?;
+    let mut buf = Vec::new();
+    f.take(MAX_CONFIG_JSON + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| Error::io("read", &p, e))?;
+    if buf.len() as u64 > MAX_CONFIG_JSON {
+        return Err(Error::InvalidFile {
+            what: "container config",
+            path: p,
+            reason: format!("larger than {MAX_CONFIG_JSON} bytes"),
+        });
+    }
+    serde_json::from_slice(&buf).map_err(|e| Error::InvalidFile {
+        what: "container config",
+        path: p,
+        reason: e.to_string(),
+    })
+}
+
+/// The process to exec: the container's own with the exec's overrides (pure).
+/// `who` is the `-u` user resolved in the container. Like docker: `-u` also
+/// sets HOME (unless `-e HOME=` is given) and gives a non-root user empty
+/// effective and permitted capability sets; `-t` adds TERM=xterm when unset.
+pub fn exec_process(spec: &Spec, cfg: &ExecConfig, who: Option<&ResolvedUser>) -> Result<Process> {
+    let mut p = spec.process().clone().ok_or(Error::NoCommand)?;
+    p.set_args(Some(cfg.args.clone()));
+    let mut env = p.env().clone().unwrap_or_default();
+    if let Some(who) = who {
+        let mut user = p.user().clone();
+        user.set_uid(who.uid);
+        user.set_gid(who.gid);
+        user.set_additional_gids(Some(who.additional_gids.clone()).filter(|g| !g.is_empty()));
+        p.set_user(user);
+        let home = format!("HOME={}", who.home.as_deref().unwrap_or("/"));
+        crate::env::replace_or_append(&mut env, &home);
+        if let Some(caps) = p.capabilities() {
+            let bounding = caps.bounding().clone().unwrap_or_default();
+            p.set_capabilities(Some(crate::capabilities::process_capabilities(
+                &bounding, who.uid,
+            )));
+        }
+    }
+    if cfg.tty && !crate::env::has(&env, "TERM") {
+        env.push("TERM=xterm".into());
+    }
+    for e in &cfg.env {
+        crate::env::replace_or_append(&mut env, e);
+    }
+    p.set_env(Some(env));
+    if let Some(w) = &cfg.workdir {
+        p.set_cwd(PathBuf::from(w));
+    }
+    p.set_terminal(Some(cfg.tty));
+    Ok(p)
+}
+
+fn cap_sets(c: &LinuxCapabilities) -> CapSets {
+    let mask = |s: &Option<oci_spec::runtime::Capabilities>| {
+        s.as_ref().map(crate::capabilities::mask).unwrap_or(0)
+    };
+    CapSets {
+        bounding: mask(c.bounding()),
+        effective: mask(c.effective()),
+        permitted: mask(c.permitted()),
+        inheritable: mask(c.inheritable()),
+        ambient: c
+            .ambient()
+            .iter()
+            .flatten()
+            .map(|cap| crate::capabilities::number(*cap) as u32)
+            .collect(),
+        last_cap: crate::capabilities::kernel_last_cap() as u32,
+    }
+}
+
+fn cstrings<'a>(what: &'static str, items: impl Iterator<Item = &'a str>) -> Result<Vec<CString>> {
+    items
+        .map(|s| {
+            CString::new(s).map_err(|_| Error::InvalidOption {
+                option: what,
+                value: s.to_string(),
+                reason: "contains a NUL byte".into(),
+            })
+        })
+        .collect()
+}
+
+/// The child's plan for `process`. Nothing is mounted: the container's root
+/// is already there, so the mount plan stays empty and is never applied.
+fn child_plan(
+    process: &Process,
+    seccomp: Option<(crate::seccomp::BpfProgram, u32)>,
+) -> Result<ChildPlan> {
+    let args = process.args().as_deref().unwrap_or(&[]);
+    let env = process.env().as_deref().unwrap_or(&[]);
+    let user = process.user();
+    Ok(ChildPlan {
+        mounts: MountPlan {
+            mode: RootfsMode::Bind { dir: "/".into() },
+            target: "/".into(),
+            steps: Vec::new(),
+        },
+        hostname: None,
+        loopback: false,
+        args: cstrings("command", args.iter().map(String::as_str))?,
+        env: cstrings("env", env.iter().map(String::as_str))?,
+        path_var: env
+            .iter()
+            .rev()
+            .find_map(|e| e.strip_prefix("PATH="))
+            .map(str::to_string),
+        cwd: process.cwd().clone(),
+        uid: user.uid(),
+        gid: user.gid(),
+        additional_gids: user.additional_gids().clone().unwrap_or_default(),
+        caps: process.capabilities().as_ref().map(cap_sets),
+        no_new_privileges: process.no_new_privileges().unwrap_or(false),
+        seccomp,
+        rlimits: process
+            .rlimits()
+            .iter()
+            .flatten()
+            .filter_map(|r| crate::container::rlimit(r.typ()).map(|res| (res, r.soft(), r.hard())))
+            .collect(),
+        umask: user.umask(),
+        init: false,
+        sigmask: nix::sys::signal::SigSet::empty(),
+        // The exec joins the cgroup itself, first thing in the child.
+        cgroup_wait: None,
+    })
+}
+
+/// A running container, verified: `pidfd` names its PID 1.
+struct Target {
+    pidfd: OwnedFd,
+    spec: Spec,
+}
+
+fn open_target(state_root: &Path, id: &str) -> Result<Target> {
+    let st = crate::lifecycle::load(state_root, id)?;
+    let Some(pidfd) = crate::lifecycle::open_pid1(&st) else {
+        return Err(Error::NotRunning {
+            id: id[..id.len().min(12)].to_string(),
+        });
+    };
+    let spec = load_config(&state_root.join(id))?;
+    Ok(Target { pidfd, spec })
+}
+
+/// What the child does with stdio.
+enum ExecStdio {
+    /// runbox's own 0/1/2, stdin replaced by /dev/null when set.
+    Inherit {
+        null_stdin: Option<OwnedFd>,
+    },
+    Pty {
+        slave: OwnedFd,
+    },
+    /// -d: all three on /dev/null.
+    Null(OwnedFd),
+}
+
+/// Runs `cfg.args` in the running container `cfg.container` and waits for it
+/// (returns at once with `Exit::Code(0)` when detached and the exec worked).
+/// Call it from a single-threaded process: it joins a mount namespace and clones.
+pub fn exec(cfg: &ExecConfig) -> Result<Exit> {
+    cfg.validate()?;
+    let id = crate::lifecycle::resolve(&cfg.state_root, &cfg.container)?;
+    let target = open_target(&cfg.state_root, &id)?;
+    let flags = namespaces::clone_flags(&target.spec)?;
+    let seccomp = match target
+        .spec
+        .linux()
+        .as_ref()
+        .and_then(|l| l.seccomp().as_ref())
+    {
+        Some(profile) => Some((
+            crate::seccomp::cached_program(profile, &cfg.seccomp_cache)?,
+            crate::seccomp::filter_flags(profile),
+        )),
+        None => None,
+    };
+    // Host paths: opened before setns hides them.
+    let cgroup_procs = open_cgroup_procs(&id)?;
+    let null = if cfg.detach || !cfg.interactive {
+        let f = File::open("/dev/null").map_err(|e| Error::io("open", "/dev/null", e))?;
+        Some(OwnedFd::from(f))
+    } else {
+        None
+    };
+
+    match nix::sched::setns(&target.pidfd, flags) {
+        Ok(()) => {}
+        Err(Errno::ESRCH) => {
+            return Err(Error::NotRunning {
+                id: id[..id.len().min(12)].to_string(),
+            })
+        }
+        Err(e) => return Err(Error::io("join the namespaces of container", &id, e.into())),
+    }
+    // From here on, paths are the container's.
+    let who = match &cfg.user {
+        Some(u) => Some(crate::user::resolve_in_rootfs(u, Path::new("/"))?),
+        None => None,
+    };
+    let process = exec_process(&target.spec, cfg, who.as_ref())?;
+    let mut plan = child_plan(&process, seccomp)?;
+
+    let (stdio, master) = if cfg.tty {
+        let p = pty::open(std::io::stdin().as_fd())?;
+        (ExecStdio::Pty { slave: p.slave }, Some(p.master))
+    } else if cfg.detach {
+        (ExecStdio::Null(null.expect("opened for detach")), None)
+    } else {
+        (ExecStdio::Inherit { null_stdin: null }, None)
+    };
+    let _raw = master.as_ref().and_then(|_| pty::RawMode::enter_stdin());
+
+    let old_mask =
+        signals::block().map_err(|e| Error::io("block signals for", "runbox", e.into()))?;
+    let result = (|| {
+        plan.sigmask = old_mask;
+        let sigfd = signals::signal_fd()
+            .map_err(|e| Error::io("create signalfd for", "runbox", e.into()))?;
+        let (sync_r, sync_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
+            .map_err(|e| Error::io("create sync pipe for", &id, e.into()))?;
+        let (pid, pidfd) = match syscall::clone_into(CloneFlags::empty())
+            .map_err(|e| Error::io("fork exec process in container", &id, e.into()))?
+        {
+            syscall::Forked::Child => {
+                let code = match child_setup(&plan, stdio, &cgroup_procs, cfg.detach) {
+                    Ok(never) => match never {},
+                    Err(e) => {
+                        let msg = format!("E{} {}\n", e.code, e.message.replace('\n', " "));
+                        spawn::write_all(sync_w.as_fd(), msg.as_bytes());
+                        e.code
+                    }
+                };
+                syscall::exit_now(code as i32)
+            }
+            syscall::Forked::Parent { pid, pidfd } => (pid, pidfd),
+        };
+        drop(sync_w);
+        drop(stdio);
+        let pidfd = pidfd
+            .ok_or_else(|| Error::io("get pidfd of exec in", &id, std::io::Error::other("none")))?;
+        let waiter = Waiter {
+            id: &id,
+            pid,
+            pidfd: &pidfd,
+            sigfd: &sigfd,
+            master: master.as_ref(),
+            interactive: cfg.interactive,
+        };
+        match waiter.wait(sync_r, cfg.detach) {
+            Ok(w) => Ok(w),
+            Err(e) => {
+                let _ = kill(pid, Signal::SIGKILL);
+                let _ = waitpid(pid, None);
+                Err(e)
+            }
+        }
+    })();
+    let restored = signals::restore(&old_mask);
+    let (status, report) = result?;
+    restored.map_err(|e| Error::io("restore signal mask of", "runbox", e.into()))?;
+    match (report.error, status) {
+        (Some((code, message)), _)
+            if code == spawn::EXIT_NOT_FOUND || code == spawn::EXIT_NOT_EXECUTABLE =>
+        {
+            Ok(Exit::ExecFailed { code, message })
+        }
+        (Some((_, message)), _) => Err(Error::ContainerSetup { id, message }),
+        (None, None) => Ok(Exit::Code(0)),
+        (None, Some(WaitStatus::Exited(_, code))) => Ok(Exit::Code(code)),
+        (None, Some(WaitStatus::Signaled(_, sig, _))) => Ok(Exit::Signaled(sig as i32)),
+        (None, Some(other)) => Err(Error::ContainerSetup {
+            id,
+            message: format!("unexpected wait status {other:?} of exec process"),
+        }),
+    }
+}
+
+/// The `cgroup.procs` file of every hierarchy the container's cgroup uses,
+/// open for writing; empty when it has no cgroup.
+fn open_cgroup_procs(id: &str) -> Result<Vec<File>> {
+    let Some(cgroup) = crate::cgroups::Cgroup::open(id)? else {
+        return Ok(Vec::new());
+    };
+    cgroup
+        .paths()
+        .iter()
+        .map(|dir| {
+            let p = dir.join("cgroup.procs");
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&p)
+                .map_err(|e| Error::io("open", &p, e))
+        })
+        .collect()
+}
+
+/// Child side, in the container's namespaces: join the cgroup, then set up
+/// the process as spawn does for PID 1 (minus mounts, hostname and network).
+fn child_setup(
+    plan: &ChildPlan,
+    stdio: ExecStdio,
+    cgroup_procs: &[File],
+    detach: bool,
+) -> Result<Never, ChildError> {
+    use spawn::fail;
+    for mut f in cgroup_procs {
+        // "0" is the writer itself: no pid translation across namespaces.
+        f.write_all(b"0").map_err(|e| {
+            ChildError::runbox(
+                "cgroup",
+                format_args!("failed to join the container's cgroup: {e}"),
+            )
+        })?;
+    }
+    if !detach {
+        // An exec dies with its runbox, as a foreground run does.
+        nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+            .map_err(fail("exec", "set parent-death signal"))?;
+    }
+    match &stdio {
+        ExecStdio::Inherit {
+            null_stdin: Some(null),
+        } => {
+            nix::unistd::dup2(null.as_raw_fd(), 0)
+                .map_err(fail("stdio", "redirect stdin from /dev/null"))?;
+        }
+        ExecStdio::Inherit { null_stdin: None } => {}
+        ExecStdio::Pty { slave } => spawn::pty_attach(slave.as_fd())?,
+        ExecStdio::Null(null) => {
+            for fd in 0..=2 {
+                nix::unistd::dup2(null.as_raw_fd(), fd)
+                    .map_err(fail("stdio", "redirect stdio to /dev/null"))?;
+            }
+        }
+    }
+    if !matches!(stdio, ExecStdio::Pty { .. }) {
+        // Signals reach the command once, forwarded by runbox.
+        nix::unistd::setsid().map_err(fail("exec", "start a new session"))?;
+    }
+    drop(stdio);
+    for (res, soft, hard) in &plan.rlimits {
+        nix::sys::resource::setrlimit(*res, *soft, *hard)
+            .map_err(fail("exec", format_args!("set {res:?}")))?;
+    }
+    syscall::cloexec_from(3).map_err(fail("exec", "mark inherited descriptors close-on-exec"))?;
+    if plan.no_new_privileges {
+        nix::sys::prctl::set_no_new_privs().map_err(fail("security", "set no_new_privs"))?;
+    } else if let Some((filter, flags)) = &plan.seccomp {
+        // Without no_new_privs, loading needs CAP_SYS_ADMIN: before the caps go.
+        syscall::seccomp_load(filter.as_sock_filters(), *flags)
+            .map_err(fail("seccomp", "load the filter"))?;
+    }
+    spawn::set_credentials(plan)?;
+    if detach {
+        // set_credentials re-arms the parent-death signal; a detached exec outlives runbox.
+        nix::sys::prctl::set_pdeathsig(None).map_err(fail("exec", "clear parent-death signal"))?;
+    }
+    nix::unistd::chdir(&plan.cwd).map_err(fail(
+        "workdir",
+        format_args!("chdir to `{}`", plan.cwd.display()),
+    ))?;
+    if plan.no_new_privileges {
+        if let Some((filter, flags)) = &plan.seccomp {
+            syscall::seccomp_load(filter.as_sock_filters(), *flags)
+                .map_err(fail("seccomp", "load the filter"))?;
+        }
+    }
+    spawn::exec(plan)
+}
+
+/// The parent's side of a running exec.
+struct Waiter<'a> {
+    id: &'a str,
+    pid: Pid,
+    pidfd: &'a OwnedFd,
+    sigfd: &'a nix::sys::signalfd::SignalFd,
+    master: Option<&'a OwnedFd>,
+    interactive: bool,
+}
+
+impl Waiter<'_> {
+    /// Polls until the command exits (or, detached, until it has exec'd);
+    /// returns its wait status (`None`: detached and running) and what the
+    /// sync pipe said.
+    fn wait(
+        &self,
+        sync_r: OwnedFd,
+        detach: bool,
+    ) -> Result<(Option<WaitStatus>, spawn::SyncReport)> {
+        let mut sync = Some(sync_r);
+        let mut sync_bytes = Vec::new();
+        let mut stdin_open = self.interactive && self.master.is_some();
+        let mut master_open = self.master.is_some();
+        let stdin = std::io::stdin();
+        let stdout = std::io::stdout();
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let mut fds = vec![
+                PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN),
+                PollFd::new(self.sigfd.as_fd(), PollFlags::POLLIN),
+            ];
+            let sync_idx = sync.as_ref().map(|s| {
+                fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
+                fds.len() - 1
+            });
+            let master_idx = self.master.filter(|_| master_open).map(|m| {
+                fds.push(PollFd::new(m.as_fd(), PollFlags::POLLIN));
+                fds.len() - 1
+            });
+            let stdin_idx = stdin_open.then(|| {
+                fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
+                fds.len() - 1
+            });
+            match nix::poll::poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(e) => return Err(Error::io("poll for exec in", self.id, e.into())),
+            }
+            let ready = |i: usize| fds[i].revents().is_some_and(|r| !r.is_empty());
+            let exited = ready(0);
+            let sig_ready = ready(1);
+            let sync_ready = sync_idx.is_some_and(ready);
+            let master_ready = master_idx.is_some_and(ready);
+            let stdin_ready = stdin_idx.is_some_and(ready);
+            drop(fds);
+
+            if sync_ready {
+                if let Some(s) = &sync {
+                    match nix::unistd::read(s.as_raw_fd(), &mut buf) {
+                        Ok(0) | Err(_) => {
+                            sync = None;
+                            if detach && !exited {
+                                return Ok((None, spawn::parse_sync(&sync_bytes)));
+                            }
+                        }
+                        // The child writes one short line; cap what we keep.
+                        Ok(n) if sync_bytes.len() < 64 * 1024 => {
+                            sync_bytes.extend_from_slice(&buf[..n])
+                        }
+                        Ok(_) => {}
+                    }
+                }
+            }
+            if sig_ready {
+                for sig in signals::drain(self.sigfd) {
+                    match (sig, self.master) {
+                        (Signal::SIGCHLD, _) => {}
+                        (Signal::SIGWINCH, Some(m)) => {
+                            pty::copy_window_size(stdin.as_fd(), m.as_fd())
+                        }
+                        (sig, _) => {
+                            let _ = kill(self.pid, sig);
+                        }
+                    }
+                }
+            }
+            if master_ready {
+                if let Some(m) = self.master {
+                    if !matches!(pty::pump(m.as_fd(), stdout.as_fd(), &mut buf), Ok(1..)) {
+                        master_open = false;
+                    }
+                }
+            }
+            if stdin_ready {
+                if let Some(m) = self.master {
+                    if !matches!(pty::pump(stdin.as_fd(), m.as_fd(), &mut buf), Ok(1..)) {
+                        stdin_open = false;
+                    }
+                }
+            }
+            if exited {
+                if let Some(m) = self.master.filter(|_| master_open) {
+                    drain_nonblocking(m.as_fd(), stdout.as_fd(), &mut buf);
+                }
+                if let Some(s) = sync.take() {
+                    // The child is gone: whatever it wrote is complete.
+                    while let Ok(n @ 1..) = nix::unistd::read(s.as_raw_fd(), &mut buf) {
+                        sync_bytes.extend_from_slice(&buf[..n]);
+                    }
+                }
+                let status = waitpid(self.pid, None)
+                    .map_err(|e| Error::io("wait for exec in", self.id, e.into()))?;
+                return Ok((Some(status), spawn::parse_sync(&sync_bytes)));
+            }
+        }
+    }
+}
+
+/// Copies what is left on the pty master without blocking.
+fn drain_nonblocking(master: BorrowedFd<'_>, out: BorrowedFd<'_>, buf: &mut [u8]) {
+    let flags = nix::fcntl::fcntl(master.as_raw_fd(), nix::fcntl::FcntlArg::F_GETFL).unwrap_or(0);
+    let nonblock = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
+    let _ = nix::fcntl::fcntl(master.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(nonblock));
+    while let Ok(1..) = pty::pump(master, out, buf) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state;
+    use oci_spec::runtime::{ProcessBuilder, SpecBuilder, UserBuilder};
+
+    fn spec() -> Spec {
+        let bounding = crate::capabilities::bounding_set(&[], &[], false, 40).unwrap();
+        let process = ProcessBuilder::default()
+            .args(vec!["sleep".to_string(), "1000".to_string()])
+            .env(vec![
+                "PATH=/bin".to_string(),
+                "GREETING=hello".to_string(),
+                "HOME=/root".to_string(),
+            ])
+            .cwd("/data")
+            .user(UserBuilder::default().uid(0u32).gid(0u32).build().unwrap())
+            .capabilities(crate::capabilities::process_capabilities(&bounding, 0))
+            .build()
+            .unwrap();
+        SpecBuilder::default().process(process).build().unwrap()
+    }
+
+    fn cfg(args: &[&str]) -> ExecConfig {
+        ExecConfig {
+            container: "c".into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            ..ExecConfig::default()
+        }
+    }
+
+    #[test]
+    fn exec_process_keeps_container_defaults() {
+        let p = exec_process(&spec(), &cfg(&["env"]), None).unwrap();
+        assert_eq!(p.args().as_deref(), Some(&["env".to_string()][..]));
+        assert_eq!(p.cwd(), Path::new("/data"));
+        assert_eq!(p.user().uid(), 0);
+        assert!(p
+            .env()
+            .as_ref()
+            .unwrap()
+            .contains(&"GREETING=hello".to_string()));
+        let caps = p.capabilities().as_ref().unwrap();
+        assert_eq!(
+            crate::capabilities::mask(caps.effective().as_ref().unwrap()),
+            0xa80425fb
+        );
+    }
+
+    #[test]
+    fn exec_process_applies_overrides() {
+        let mut c = cfg(&["id"]);
+        c.env = vec!["GREETING=over".into(), "NEW=1".into()];
+        c.workdir = Some("/tmp".into());
+        c.tty = true;
+        let who = ResolvedUser {
+            uid: 1000,
+            gid: 1000,
+            additional_gids: vec![2000],
+            home: Some("/home/app".into()),
+            name: Some("app".into()),
+        };
+        let p = exec_process(&spec(), &c, Some(&who)).unwrap();
+        let env = p.env().clone().unwrap();
+        assert_eq!(
+            env,
+            [
+                "PATH=/bin",
+                "GREETING=over",
+                "HOME=/home/app",
+                "TERM=xterm",
+                "NEW=1"
+            ]
+        );
+        assert_eq!(p.cwd(), Path::new("/tmp"));
+        assert_eq!((p.user().uid(), p.user().gid()), (1000, 1000));
+        assert_eq!(p.user().additional_gids().as_deref(), Some(&[2000u32][..]));
+        let caps = p.capabilities().as_ref().unwrap();
+        // A non-root user keeps the bounding set but holds nothing.
+        assert_eq!(
+            crate::capabilities::mask(caps.bounding().as_ref().unwrap()),
+            0xa80425fb
+        );
+        assert_eq!(
+            crate::capabilities::mask(caps.effective().as_ref().unwrap()),
+            0
+        );
+        assert_eq!(
+            crate::capabilities::mask(caps.permitted().as_ref().unwrap()),
+            0
+        );
+    }
+
+    #[test]
+    fn validate_rejects_bad_options() {
+        assert!(matches!(cfg(&[]).validate(), Err(Error::NoCommand)));
+        let mut c = cfg(&["true"]);
+        c.workdir = Some("rel".into());
+        assert!(c.validate().is_err());
+        let mut c = cfg(&["true"]);
+        c.env = vec!["=x".into()];
+        assert!(c.validate().is_err());
+        let mut c = cfg(&["true"]);
+        c.detach = true;
+        c.tty = true;
+        assert!(c.validate().is_err());
+        assert!(cfg(&["true"]).validate().is_ok());
+    }
+
+    #[test]
+    fn open_target_refuses_a_reused_pid() {
+        // A live process whose start time differs from the recorded one.
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("c1");
+        std::fs::create_dir_all(&dir).unwrap();
+        let me = std::process::id() as i32;
+        let st = serde_json::json!({
+            "id": "c1",
+            "pid": me,
+            "pid_start_time": state::pid_start_time(me).unwrap() + 1,
+            "image": "i",
+            "rootfs": "/r",
+            "created": "2024-01-01T00:00:00Z",
+            "status": "running",
+        });
+        std::fs::write(dir.join("state.json"), serde_json::to_vec(&st).unwrap()).unwrap();
+        assert!(matches!(
+            open_target(tmp.path(), "c1"),
+            Err(Error::NotRunning { .. })
+        ));
+    }
+}
