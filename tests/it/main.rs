@@ -1,6 +1,7 @@
 //! Integration tests: one binary, one module per command, shared helpers in `common`.
 
 mod common;
+mod exec;
 mod load;
 mod lifecycle;
 mod run;
