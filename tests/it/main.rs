@@ -2,6 +2,6 @@
 
 mod common;
 mod exec;
-mod load;
 mod lifecycle;
+mod load;
 mod run;
