@@ -33,6 +33,11 @@ struct Ctr {
 impl Ctr {
     /// Starts `sleep 1000` in a container; `extra` are more `run` flags.
     fn start(test: &str, extra: &[&str]) -> Option<Ctr> {
+        Self::start_with(test, extra, true)
+    }
+
+    /// `until_exec`: also wait until PID 1 runs the command (setup done).
+    fn start_with(test: &str, extra: &[&str], until_exec: bool) -> Option<Ctr> {
         if !require_root(test) {
             return None;
         }
@@ -55,14 +60,14 @@ impl Ctr {
             id: String::new(),
             pid: 0,
         };
-        let (id, pid) = ctr.wait_running();
+        let (id, pid) = ctr.wait_running(until_exec);
         ctr.id = id;
         ctr.pid = pid;
         Some(ctr)
     }
 
     /// Waits (bounded) until the state dir shows a running container.
-    fn wait_running(&mut self) -> (String, i32) {
+    fn wait_running(&mut self, until_exec: bool) -> (String, i32) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(entries) = std::fs::read_dir(self.env.state()) {
@@ -71,9 +76,13 @@ impl Ctr {
                         continue;
                     };
                     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-                    if v["status"] == "running" {
+                    let pid = v["pid"].as_i64().unwrap_or(0);
+                    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                    // Running, and PID 1 is the command (setup finished).
+                    if v["status"] == "running" && (!until_exec || cmdline == b"sleep\x001000\x00")
+                    {
                         let id = e.file_name().to_string_lossy().into_owned();
-                        return (id, v["pid"].as_i64().unwrap() as i32);
+                        return (id, pid as i32);
                     }
                 }
             }
@@ -81,7 +90,7 @@ impl Ctr {
                 panic!("runbox run exited early: {status}");
             }
             assert!(Instant::now() < deadline, "container did not start");
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(Duration::from_micros(200));
         }
     }
 
@@ -373,7 +382,15 @@ fn a_reused_pid_cannot_redirect_exec() {
         return;
     }
     let env = TestEnv::new();
-    let mut sleeper = Command::new("sleep").arg("1000").spawn().unwrap();
+    // An unrelated process outside the host's root (as a container's PID 1 would be).
+    let root = env.dir.path().join("chroot");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
+    let mut sleeper = Command::new("chroot")
+        .arg(&root)
+        .args(["/bin/busybox", "sleep", "1000"])
+        .spawn()
+        .unwrap();
     struct Reap<'a>(&'a mut Child);
     impl Drop for Reap<'_> {
         fn drop(&mut self) {
@@ -478,4 +495,44 @@ fn concurrent_execs_leave_no_mounts_and_the_container_intact() {
     .unwrap();
     assert_eq!(state["status"], "running");
     assert!(Path::new(&format!("/proc/{}", c.pid)).exists());
+}
+
+#[test]
+fn exec_joins_the_container_cgroup() {
+    let Some(c) = Ctr::start("exec_joins_the_container_cgroup", &["--pids-limit", "64"]) else {
+        return;
+    };
+    let pid1 = std::fs::read_to_string(format!("/proc/{}/cgroup", c.pid)).unwrap();
+    assert!(
+        pid1.contains(&c.id),
+        "PID 1 is not in the container's cgroup: {pid1}"
+    );
+    assert_eq!(c.sh(&[], "cat /proc/self/cgroup"), pid1);
+    assert_eq!(c.sh(&["-u", "1000"], "cat /proc/self/cgroup"), pid1);
+}
+
+/// run records PID 1 right after its clone, before the mounts: an exec
+/// arriving then must still land in the finished container, never on the
+/// host's root.
+#[test]
+fn exec_right_after_start_sees_the_container_root() {
+    // Many mounts make the setup window wide enough to hit.
+    let tmpfs: Vec<String> = (0..60).map(|i| format!("--tmpfs=/mnt/t{i}")).collect();
+    let tmpfs: Vec<&str> = tmpfs.iter().map(String::as_str).collect();
+    for _ in 0..5 {
+        let Some(c) = Ctr::start_with(
+            "exec_right_after_start_sees_the_container_root",
+            &tmpfs,
+            false,
+        ) else {
+            return;
+        };
+        let o = c.exec(&[&c.id, "cat", "/hello.txt"]);
+        assert_eq!(
+            (code(&o), stdout(&o).as_str()),
+            (0, "added in layer 2\n"),
+            "{}",
+            stderr(&o)
+        );
+    }
 }

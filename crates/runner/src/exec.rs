@@ -8,12 +8,12 @@
 //! runbox exec (parent)                          child
 //!   NAME|ID -> <state>/<id>/state.json
 //!   pidfd_open(pid), THEN compare /proc/<pid>/stat start time with state.json
-//!   config.json, cached seccomp BPF, open the cgroup's cgroup.procs files
+//!   config.json, cached seccomp BPF, open the cgroup (dirs from state.json)
 //!   setns(pidfd, MNT|PID|UTS|IPC[|NET|CGROUP])   (root and cwd: the container's /)
 //!   -u: the container's /etc/passwd; -t: a pty from the container's /dev/ptmx
 //!   block signals, pipe(O_CLOEXEC)
-//!   clone3(PIDFD) ──────────────────────────▶ in the container's pid namespace:
-//!   poll(sync pipe, pidfd, signalfd, pty)       write "0" to cgroup.procs (join)
+//!   clone3(PIDFD[, INTO_CGROUP on v2]) ─────▶ in the container's pid namespace:
+//!   poll(sync pipe, pidfd, signalfd, pty)       v1: write "0" to cgroup.procs (join)
 //!                                               stdio, setsid, rlimits
 //!                                               [nnp] seccomp, bounding set, ids, capset
 //!                                               chdir, [nnp: seccomp], PATH lookup
@@ -32,7 +32,9 @@ use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -112,7 +114,8 @@ impl ExecConfig {
 pub fn load_config(dir: &Path) -> Result<Spec> {
     let p = dir.join(CONFIG_JSON);
     let f = File::open(&p).map_err(|e| Error::io("open", &p, e))?;
-    let mut buf = Vec::new();
+    let hint = f.metadata().map_or(0, |m| m.len().min(MAX_CONFIG_JSON));
+    let mut buf = Vec::with_capacity(hint as usize + 1);
     f.take(MAX_CONFIG_JSON + 1)
         .read_to_end(&mut buf)
         .map_err(|e| Error::io("read", &p, e))?;
@@ -247,6 +250,8 @@ fn child_plan(
 struct Target {
     pidfd: OwnedFd,
     spec: Spec,
+    /// The container's cgroup directories (state.json; empty without limits).
+    cgroup: Vec<PathBuf>,
 }
 
 fn open_target(state_root: &Path, id: &str) -> Result<Target> {
@@ -256,8 +261,42 @@ fn open_target(state_root: &Path, id: &str) -> Result<Target> {
             id: id[..id.len().min(12)].to_string(),
         });
     };
+    wait_for_container_root(st.pid, id)?;
     let spec = load_config(&state_root.join(id))?;
-    Ok(Target { pidfd, spec })
+    Ok(Target {
+        pidfd,
+        spec,
+        cgroup: st.cgroup,
+    })
+}
+
+/// How long an exec waits for a container that is still being set up.
+const SETUP_WAIT: Duration = Duration::from_secs(2);
+
+/// Waits until PID 1 has left the host's root (pivot_root done): `run`
+/// records the pid right after its clone, and an exec that joined the mount
+/// namespace before the pivot would see the host's filesystem.
+fn wait_for_container_root(pid: i32, id: &str) -> Result<()> {
+    let host = std::fs::metadata("/").map_err(|e| Error::io("stat", "/", e))?;
+    let root = PathBuf::from(format!("/proc/{pid}/root"));
+    let started = Instant::now();
+    loop {
+        let Ok(theirs) = std::fs::metadata(&root) else {
+            return Err(Error::NotRunning {
+                id: id[..id.len().min(12)].to_string(),
+            });
+        };
+        if (theirs.dev(), theirs.ino()) != (host.dev(), host.ino()) {
+            return Ok(());
+        }
+        if started.elapsed() > SETUP_WAIT {
+            return Err(Error::ContainerState {
+                id: id[..id.len().min(12)].to_string(),
+                reason: "is still being set up (its root is the host's)".into(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// What the child does with stdio.
@@ -294,7 +333,7 @@ pub fn exec(cfg: &ExecConfig) -> Result<Exit> {
         None => None,
     };
     // Host paths: opened before setns hides them.
-    let cgroup_procs = open_cgroup_procs(&id)?;
+    let cgroup = JoinCgroup::open(&target.cgroup)?;
     let null = if cfg.detach || !cfg.interactive {
         let f = File::open("/dev/null").map_err(|e| Error::io("open", "/dev/null", e))?;
         Some(OwnedFd::from(f))
@@ -337,22 +376,29 @@ pub fn exec(cfg: &ExecConfig) -> Result<Exit> {
             .map_err(|e| Error::io("create signalfd for", "runbox", e.into()))?;
         let (sync_r, sync_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
             .map_err(|e| Error::io("create sync pipe for", &id, e.into()))?;
-        let (pid, pidfd) = match syscall::clone_into(CloneFlags::empty())
-            .map_err(|e| Error::io("fork exec process in container", &id, e.into()))?
-        {
-            syscall::Forked::Child => {
-                let code = match child_setup(&plan, stdio, &cgroup_procs, cfg.detach) {
-                    Ok(never) => match never {},
-                    Err(e) => {
-                        let msg = format!("E{} {}\n", e.code, e.message.replace('\n', " "));
-                        spawn::write_all(sync_w.as_fd(), msg.as_bytes());
-                        e.code
-                    }
-                };
-                syscall::exit_now(code as i32)
-            }
-            syscall::Forked::Parent { pid, pidfd } => (pid, pidfd),
+        // clone3 may refuse CLONE_INTO_CGROUP; then the child joins by cgroup.procs.
+        let forked = match cgroup.dir.as_ref().map(|d| d.as_fd()) {
+            Some(dir) => syscall::clone_into_cgroup(CloneFlags::empty(), Some(dir))
+                .map(|f| (f, true))
+                .or_else(|_| syscall::clone_into(CloneFlags::empty()).map(|f| (f, false))),
+            None => syscall::clone_into(CloneFlags::empty()).map(|f| (f, false)),
         };
+        let (pid, pidfd) =
+            match forked.map_err(|e| Error::io("fork exec process in container", &id, e.into()))? {
+                (syscall::Forked::Child, born_inside) => {
+                    let procs: &[File] = if born_inside { &[] } else { &cgroup.procs };
+                    let code = match child_setup(&plan, stdio, procs, cfg.detach) {
+                        Ok(never) => match never {},
+                        Err(e) => {
+                            let msg = format!("E{} {}\n", e.code, e.message.replace('\n', " "));
+                            spawn::write_all(sync_w.as_fd(), msg.as_bytes());
+                            e.code
+                        }
+                    };
+                    syscall::exit_now(code as i32)
+                }
+                (syscall::Forked::Parent { pid, pidfd }, _) => (pid, pidfd),
+            };
         drop(sync_w);
         drop(stdio);
         let pidfd = pidfd
@@ -394,23 +440,38 @@ pub fn exec(cfg: &ExecConfig) -> Result<Exit> {
     }
 }
 
-/// The `cgroup.procs` file of every hierarchy the container's cgroup uses,
-/// open for writing; empty when it has no cgroup.
-fn open_cgroup_procs(id: &str) -> Result<Vec<File>> {
-    let Some(cgroup) = crate::cgroups::Cgroup::open(id)? else {
-        return Ok(Vec::new());
-    };
-    cgroup
-        .paths()
-        .iter()
-        .map(|dir| {
+/// How the exec joins the container's cgroup, opened before setns.
+#[derive(Default)]
+struct JoinCgroup {
+    /// v2: the cgroup directory, for clone3's `CLONE_INTO_CGROUP` (~0.1 ms).
+    dir: Option<OwnedFd>,
+    /// `cgroup.procs` of every hierarchy (v1/hybrid: one per controller), for
+    /// the child to write "0" to (a move: 6-15 ms, ../shared/NOTES.md).
+    procs: Vec<File>,
+}
+
+impl JoinCgroup {
+    /// `dirs` as recorded by `run` in state.json (none: no cgroup, nothing to join).
+    fn open(dirs: &[PathBuf]) -> Result<JoinCgroup> {
+        let mut join = JoinCgroup::default();
+        for dir in dirs {
             let p = dir.join("cgroup.procs");
-            std::fs::OpenOptions::new()
+            let f = std::fs::OpenOptions::new()
                 .write(true)
                 .open(&p)
-                .map_err(|e| Error::io("open", &p, e))
-        })
-        .collect()
+                .map_err(|e| Error::io("open", &p, e))?;
+            join.procs.push(f);
+        }
+        if let [dir] = dirs {
+            let fd = File::open(dir).map_err(|e| Error::io("open", dir, e))?;
+            let v2 = nix::sys::statfs::fstatfs(&fd)
+                .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC);
+            if v2 {
+                join.dir = Some(fd.into());
+            }
+        }
+        Ok(join)
+    }
 }
 
 /// Child side, in the container's namespaces: join the cgroup, then set up
@@ -719,6 +780,27 @@ mod tests {
         c.tty = true;
         assert!(c.validate().is_err());
         assert!(cfg(&["true"]).validate().is_ok());
+    }
+
+    #[test]
+    fn cgroup_join_opens_procs_and_uses_clone_only_on_cgroup2() {
+        assert!(JoinCgroup::open(&[]).unwrap().procs.is_empty());
+        let tmp = tempfile::tempdir().unwrap();
+        let dirs: Vec<PathBuf> = ["memory", "pids"].map(|d| tmp.path().join(d)).into();
+        for d in &dirs {
+            std::fs::create_dir(d).unwrap();
+            std::fs::write(d.join("cgroup.procs"), "").unwrap();
+        }
+        let join = JoinCgroup::open(&dirs).unwrap();
+        assert_eq!((join.procs.len(), join.dir.is_some()), (2, false));
+        // A single directory that is not on cgroup2 is joined by cgroup.procs too.
+        let join = JoinCgroup::open(&dirs[..1]).unwrap();
+        assert_eq!((join.procs.len(), join.dir.is_some()), (1, false));
+        std::fs::remove_file(dirs[1].join("cgroup.procs")).unwrap();
+        assert!(matches!(
+            JoinCgroup::open(&dirs),
+            Err(Error::Io { op: "open", .. })
+        ));
     }
 
     #[test]
