@@ -112,6 +112,9 @@ pub fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
     let life = super::detach::RunLifecycle::from_args(&args)?;
     let opts = RunOptions::from_args(args, &id)?;
     let store = Store::open(&global.root).context("run: open store")?;
+    // Held (a shared flock) for as long as this process, or the supervisor
+    // it forks with -d, lives: `rmi` and `prune` leave the image alone.
+    let mut _pin = None;
     let (label, image_dir, image_config) = match (&opts.rootfs, &opts.image) {
         (Some(dir), _) => {
             let dir = container::check_rootfs_dir(dir)?;
@@ -122,6 +125,11 @@ pub fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
                 .resolve_or_load(image, &opts.platform)
                 .with_context(|| format!("run: image `{image}`"))?;
             store.touch(&rec.id).context("run: mark image used")?;
+            _pin = Some(
+                store
+                    .pin(&rec)
+                    .with_context(|| format!("run: image `{image}`"))?,
+            );
             (image.clone(), rec.rootfs, rec.config)
         }
         (None, None) => bail!("run: an IMAGE (or --rootfs DIR) is required"),

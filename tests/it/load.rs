@@ -470,3 +470,47 @@ fn global_options_work_after_the_subcommand_and_tags_apply() {
     assert_eq!(missing.status.code(), Some(125));
     assert!(stderr(&missing).contains("no such image: nope"));
 }
+
+#[test]
+fn rmi_and_prune_spare_an_image_a_container_uses() {
+    if !require_root("rmi_and_prune_spare_an_image_a_container_uses") {
+        return;
+    }
+    let env = TestEnv::new();
+    let (id, _) = load_json(&env, data("busybox-multi.tar").to_str().unwrap());
+    let name = format!("pinned-{}", std::process::id());
+    let out = env.run(&[
+        "run",
+        "-d",
+        "--name",
+        &name,
+        "--entrypoint",
+        "",
+        &id,
+        "sleep",
+        "100",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Whatever happens below, the container goes.
+    struct Remove<'a>(&'a TestEnv, &'a str);
+    impl Drop for Remove<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.run(&["rm", "-f", self.1]);
+        }
+    }
+    let _remove = Remove(&env, &name);
+
+    let rmi = env.run(&["rmi", &id]);
+    assert_eq!(rmi.status.code(), Some(125));
+    assert!(stderr(&rmi).contains("in use"), "{}", stderr(&rmi));
+    let prune = env.run(&["prune", "--until", "0s"]);
+    assert!(prune.status.success(), "{}", stderr(&prune));
+    assert!(stderr(&prune).contains("in use"), "{}", stderr(&prune));
+    assert_eq!(stdout(&env.run(&["images", "-q"])).trim(), id);
+
+    let out = env.run(&["rm", "-f", &name]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rmi = env.run(&["rmi", &id]);
+    assert!(rmi.status.success(), "{}", stderr(&rmi));
+    assert_eq!(fs::read_dir(env.root().join("rootfs")).unwrap().count(), 0);
+}
