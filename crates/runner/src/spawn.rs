@@ -111,7 +111,10 @@ impl ChildError {
     }
 }
 
-pub(crate) fn fail(phase: &'static str, what: impl std::fmt::Display) -> impl FnOnce(Errno) -> ChildError {
+pub(crate) fn fail(
+    phase: &'static str,
+    what: impl std::fmt::Display,
+) -> impl FnOnce(Errno) -> ChildError {
     move |e| ChildError::runbox(phase, format_args!("failed to {what}: {}", e.desc()))
 }
 
