@@ -12,7 +12,8 @@
 //!   setns(pidfd, MNT|PID|UTS|IPC[|NET|CGROUP])   (root and cwd: the container's /)
 //!   -u: the container's /etc/passwd; -t: a pty from the container's /dev/ptmx
 //!   block signals, pipe(O_CLOEXEC)
-//!   clone3(PIDFD[, INTO_CGROUP on v2]) ─────▶ in the container's pid namespace:
+//!   clone(VM|VFORK|PIDFD) ──────────────────▶ in the container's pid namespace,
+//!     (v2 cgroup: clone3(INTO_CGROUP|PIDFD))    sharing runbox's memory until exec:
 //!   poll(sync pipe, pidfd, signalfd, pty)       v1: write "0" to cgroup.procs (join)
 //!                                               stdio, setsid, rlimits
 //!                                               [nnp] seccomp, bounding set, ids, capset
@@ -26,6 +27,8 @@
 //! setns through the pidfd then joins that very process, or fails with ESRCH
 //! once it is gone. setns with `CLONE_NEWPID` only moves future children, so
 //! the parent joins everything and clones once: the child is born inside.
+//! The child shares runbox's memory until it execs (like posix_spawn), so
+//! nothing is copied; it only borrows what the parent owns.
 //! runbox must be single-threaded here (joining a mount namespace requires it).
 
 use std::ffi::CString;
@@ -400,33 +403,34 @@ pub fn exec(cfg: &ExecConfig) -> Result<Exit> {
             .map_err(|e| Error::io("create signalfd for", "runbox", e.into()))?;
         let (sync_r, sync_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
             .map_err(|e| Error::io("create sync pipe for", &id, e.into()))?;
-        // clone3 may refuse CLONE_INTO_CGROUP; then the child joins by cgroup.procs.
-        let forked = match cgroup.dir.as_ref().map(|d| d.as_fd()) {
-            Some(dir) => syscall::clone_into_cgroup(CloneFlags::empty(), Some(dir))
-                .map(|f| (f, true))
-                .or_else(|_| syscall::clone_into(CloneFlags::empty()).map(|f| (f, false))),
-            None => syscall::clone_into(CloneFlags::empty()).map(|f| (f, false)),
-        };
-        let (pid, pidfd) =
-            match forked.map_err(|e| Error::io("fork exec process in container", &id, e.into()))? {
-                (syscall::Forked::Child, born_inside) => {
-                    let procs: &[File] = if born_inside { &[] } else { &cgroup.procs };
-                    let code = match child_setup(&plan, stdio, procs, cfg.detach) {
-                        Ok(never) => match never {},
-                        Err(e) => {
-                            let msg = format!("E{} {}\n", e.code, e.message.replace('\n', " "));
-                            spawn::write_all(sync_w.as_fd(), msg.as_bytes());
-                            e.code
-                        }
-                    };
-                    syscall::exit_now(code as i32)
+        let child = |procs: &[File]| -> i32 {
+            match child_setup(&plan, &stdio, procs, cfg.detach) {
+                Ok(never) => match never {},
+                Err(e) => {
+                    let msg = format!("E{} {}\n", e.code, e.message.replace('\n', " "));
+                    spawn::write_all(sync_w.as_fd(), msg.as_bytes());
+                    i32::from(e.code)
                 }
-                (syscall::Forked::Parent { pid, pidfd }, _) => (pid, pidfd),
-            };
+            }
+        };
+        let fork_err = |e: Errno| Error::io("fork exec process in container", &id, e.into());
+        // v2: born in the cgroup (clone3 INTO_CGROUP, a fork-like copy);
+        // otherwise (or if clone3 refuses) a process sharing our memory
+        // until exec, which spares copying runbox, and it joins by cgroup.procs.
+        let into = match cgroup.dir.as_ref().map(|d| d.as_fd()) {
+            Some(dir) => match syscall::clone_into_cgroup(CloneFlags::empty(), Some(dir)) {
+                Ok(syscall::Forked::Child) => syscall::exit_now(child(&[])),
+                Ok(syscall::Forked::Parent { pid, pidfd }) => pidfd.map(|fd| (pid, fd)),
+                Err(_) => None,
+            },
+            None => None,
+        };
+        let (pid, pidfd) = match into {
+            Some(spawned) => spawned,
+            None => syscall::spawn_shared(&mut || child(&cgroup.procs)).map_err(fork_err)?,
+        };
         drop(sync_w);
         drop(stdio);
-        let pidfd = pidfd
-            .ok_or_else(|| Error::io("get pidfd of exec in", &id, std::io::Error::other("none")))?;
         let waiter = Waiter {
             id: &id,
             pid,
@@ -502,7 +506,7 @@ impl JoinCgroup {
 /// the process as spawn does for PID 1 (minus mounts, hostname and network).
 fn child_setup(
     plan: &ChildPlan,
-    stdio: ExecStdio,
+    stdio: &ExecStdio,
     cgroup_procs: &[File],
     detach: bool,
 ) -> Result<Never, ChildError> {
@@ -541,7 +545,8 @@ fn child_setup(
         // Signals reach the command once, forwarded by runbox.
         nix::unistd::setsid().map_err(fail("exec", "start a new session"))?;
     }
-    drop(stdio);
+    // The stdio fds are close-on-exec; they are not dropped here, as the
+    // memory they live in is shared with runbox (spawn_shared).
     for (res, soft, hard) in &plan.rlimits {
         nix::sys::resource::setrlimit(*res, *soft, *hard)
             .map_err(fail("exec", format_args!("set {res:?}")))?;

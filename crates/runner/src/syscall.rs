@@ -1,8 +1,9 @@
 //! The only place in runbox with `unsafe`: thin wrappers over the system calls
 //! that neither `nix` nor `std` expose safely (clone3 with namespace flags,
-//! fork, `_exit`, capset, the capability prctls, seccomp, terminal ioctls,
-//! bringing `lo` up). Each wrapper returns `nix::Result` so callers attach the
-//! operation and path to the error; nothing here decides policy.
+//! fork, a posix_spawn-like shared-memory spawn, `_exit`, capset, the
+//! capability prctls, seccomp, terminal ioctls, bringing `lo` up). Each
+//! wrapper returns `nix::Result` so callers attach the operation and path to
+//! the error; nothing here decides policy.
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -403,4 +404,43 @@ pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, signal: i32) -> nix::Result<()> 
         )
     })
     .map(drop)
+}
+
+/// Runs `child` in a new process that shares this one's memory until it
+/// execs (`CLONE_VM | CLONE_VFORK`, as posix_spawn does), on a stack of its
+/// own: nothing is copied, and the caller sleeps until the child has exec'd
+/// or exited. Returns the child's pid and a pidfd for it.
+///
+/// `child` must end in execve or [`exit_now`] (its return value becomes the
+/// exit code). Because memory is shared, it must not drop or move anything
+/// the caller owns, and it runs in the caller's thread context: the caller
+/// must be single-threaded with the signals it cares about blocked.
+pub fn spawn_shared(child: &mut dyn FnMut() -> i32) -> nix::Result<(Pid, OwnedFd)> {
+    extern "C" fn trampoline(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the `&mut &mut dyn FnMut` passed below, alive
+        // because the parent is suspended until the child execs or exits.
+        let child = unsafe { &mut *(arg as *mut &mut dyn FnMut() -> i32) };
+        exit_now(child())
+    }
+    const STACK: usize = 256 * 1024;
+    let mut stack = vec![0u128; STACK / 16];
+    let mut pidfd: libc::c_int = -1;
+    let mut arg: &mut dyn FnMut() -> i32 = child;
+    // SAFETY: the stack is ours and outlives the child's use of it (CLONE_VFORK
+    // returns only after the child exec'd or exited); its top is 16-aligned.
+    // CLONE_PIDFD stores the pidfd through the parent_tid argument.
+    let ret = unsafe {
+        let top = stack.as_mut_ptr().add(stack.len()) as *mut libc::c_void;
+        libc::clone(
+            trampoline,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
+            &mut arg as *mut &mut dyn FnMut() -> i32 as *mut libc::c_void,
+            &mut pidfd as *mut libc::c_int,
+        )
+    };
+    drop(stack);
+    let pid = Errno::result(ret)?;
+    // SAFETY: the kernel stored a fresh pidfd we now own.
+    Ok((Pid::from_raw(pid), unsafe { OwnedFd::from_raw_fd(pidfd) }))
 }
