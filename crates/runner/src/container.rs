@@ -375,15 +375,27 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
                     image: cfg.image.clone(),
                     rootfs: cfg.image_dir.clone(),
                     created: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
-                    status: Status::Running,
+                    // `running` once the command was executed (see wait_loop):
+                    // before that its mounts and masks are not all in place.
+                    status: Status::Created,
                     ..crate::lifecycle::state_fields(spec, cfg, dir.path(), cgroup)
                 })?;
             }
             Ok(())
         })();
-        match started
-            .and_then(|()| wait_loop(cfg, pid, &pidfd, &sigfd, sync_r, master.as_ref(), spawned))
-        {
+        match started.and_then(|()| {
+            let state_dir = cleanup.state.as_ref();
+            wait_loop(
+                cfg,
+                pid,
+                &pidfd,
+                &sigfd,
+                sync_r,
+                master.as_ref(),
+                spawned,
+                state_dir,
+            )
+        }) {
             Ok(waited) => Ok((pid, waited)),
             Err(e) => {
                 // Never leave a container behind an error: kill and reap it.
@@ -457,7 +469,16 @@ enum Waited {
     TimedOut,
 }
 
+/// The command was executed: exec, stop and kill may now reach it.
+fn mark_running(dir: &StateDir) -> Result<()> {
+    let mut st = state::load(dir.path())?;
+    st.status = Status::Running;
+    dir.save(&st)
+}
+
 /// Polls until PID 1 exits; returns how, what the sync pipe said and when exec happened.
+// Every argument is one fd or fact of the same start; a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
 fn wait_loop(
     cfg: &ContainerConfig,
     pid: nix::unistd::Pid,
@@ -466,6 +487,7 @@ fn wait_loop(
     sync_r: OwnedFd,
     master: Option<&OwnedFd>,
     spawned: Instant,
+    state_dir: Option<&StateDir>,
 ) -> Result<(Waited, spawn::SyncReport, Option<Instant>)> {
     let deadline = cfg.timeout.map(|t| spawned + t);
     let mut sync = Some(sync_r);
@@ -521,6 +543,9 @@ fn wait_loop(
                         sync = None;
                         exec_at = Some(Instant::now());
                         if spawn::parse_sync(&sync_bytes).error.is_none() {
+                            if let Some(dir) = state_dir {
+                                mark_running(dir)?;
+                            }
                             cfg.lifecycle.report_running();
                         }
                     }

@@ -282,7 +282,16 @@ struct Target {
 }
 
 fn open_target(state_root: &Path, id: &str) -> Result<Target> {
-    let st = crate::lifecycle::load(state_root, id)?;
+    let mut st = crate::lifecycle::load(state_root, id)?;
+    // Just cloned: `run` marks it running once the command was executed.
+    let started = Instant::now();
+    while st.status == crate::state::Status::Created
+        && crate::state::is_alive(&st)
+        && started.elapsed() < SETUP_WAIT
+    {
+        std::thread::sleep(Duration::from_millis(1));
+        st = crate::lifecycle::load(state_root, id)?;
+    }
     let Some(pidfd) = crate::lifecycle::open_pid1(&st) else {
         return Err(Error::NotRunning {
             id: id[..id.len().min(12)].to_string(),
