@@ -11,7 +11,7 @@ if ! command -v busybox >/dev/null || ! dpkg -s libseccomp-dev >/dev/null 2>&1; 
     apt-get install -y -qq busybox-static libseccomp-dev pkg-config >/dev/null
 fi
 cargo build --release
-RUNBOX=$PWD/target/release/runbox
+RUNBOX=${CARGO_TARGET_DIR:-$PWD/target}/release/runbox
 
 work=$(mktemp -d /var/tmp/runbox-demo.XXXXXX)
 trap 'rm -rf "$work"' EXIT
