@@ -11,6 +11,11 @@ mod output;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
+    // Commands that only print data die quietly on a closed pipe, like `cat`.
+    // `run` and `exec` keep ignoring SIGPIPE: they must clean up their container.
+    if !matches!(cli.command, cli::Command::Run(_) | cli::Command::Exec(_)) {
+        runbox_runner::syscall::default_sigpipe();
+    }
     match commands::dispatch(cli) {
         Ok(code) => code,
         Err(err) => {

@@ -444,3 +444,17 @@ pub fn spawn_shared(child: &mut dyn FnMut() -> i32) -> nix::Result<(Pid, OwnedFd
     // SAFETY: the kernel stored a fresh pidfd we now own.
     Ok((Pid::from_raw(pid), unsafe { OwnedFd::from_raw_fd(pidfd) }))
 }
+
+/// Restores the default SIGPIPE action (Rust ignores it), so that a command
+/// whose output pipe closes (`runbox images | head -1`) ends quietly, as
+/// `cat` does, instead of panicking in `println!`.
+pub fn default_sigpipe() {
+    // SAFETY: installs SIG_DFL, no handler code runs; called at startup
+    // before any thread exists.
+    let _ = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigDfl,
+        )
+    };
+}
