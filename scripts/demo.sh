@@ -25,5 +25,6 @@ tar -C "$work/rootfs" -cf "$work/busybox.tar" .
 
 store=(--root "$work/store" --state "$work/state")
 id=$("$RUNBOX" "${store[@]}" load --tag demo:latest "$work/busybox.tar")
-"$RUNBOX" "${store[@]}" inspect demo | head -20
+"$RUNBOX" "${store[@]}" inspect demo >"$work/inspect.json"
+grep -E '"(id|rootfs|size|files)"' "$work/inspect.json"
 "$RUNBOX" "${store[@]}" run --timings "$work/busybox.tar" sh -c 'echo "hello from $(uname -n) as $(id -un), image '"${id:7:12}"'"'
