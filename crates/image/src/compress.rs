@@ -59,7 +59,7 @@ impl fmt::Display for Compression {
 }
 
 /// Read up to `buf.len()` bytes, fewer only at end of stream.
-pub fn read_head<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+pub fn read_head<R: Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match r.read(&mut buf[n..]) {

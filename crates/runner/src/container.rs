@@ -188,24 +188,7 @@ fn child_plan(
         .rev()
         .find_map(|e| e.strip_prefix("PATH="))
         .map(str::to_string);
-    let caps = process.capabilities().as_ref().map(|c| {
-        let mask = |s: &Option<oci_spec::runtime::Capabilities>| {
-            s.as_ref().map(crate::capabilities::mask).unwrap_or(0)
-        };
-        CapSets {
-            bounding: mask(c.bounding()),
-            effective: mask(c.effective()),
-            permitted: mask(c.permitted()),
-            inheritable: mask(c.inheritable()),
-            ambient: c
-                .ambient()
-                .iter()
-                .flatten()
-                .map(|cap| crate::capabilities::number(*cap) as u32)
-                .collect(),
-            last_cap: crate::capabilities::kernel_last_cap() as u32,
-        }
-    });
+    let caps = process.capabilities().as_ref().map(CapSets::from_spec);
     let rlimits = process
         .rlimits()
         .iter()

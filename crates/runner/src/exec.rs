@@ -46,7 +46,7 @@ use nix::sched::CloneFlags;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
-use oci_spec::runtime::{Linux, LinuxCapabilities, LinuxNamespace, LinuxSeccomp, Process, Spec};
+use oci_spec::runtime::{Linux, LinuxNamespace, LinuxSeccomp, Process, Spec};
 
 use crate::container::Exit;
 use crate::error::{Error, Result};
@@ -197,25 +197,6 @@ pub fn exec_process(spec: &Spec, cfg: &ExecConfig, who: Option<&ResolvedUser>) -
     Ok(p)
 }
 
-fn cap_sets(c: &LinuxCapabilities) -> CapSets {
-    let mask = |s: &Option<oci_spec::runtime::Capabilities>| {
-        s.as_ref().map(crate::capabilities::mask).unwrap_or(0)
-    };
-    CapSets {
-        bounding: mask(c.bounding()),
-        effective: mask(c.effective()),
-        permitted: mask(c.permitted()),
-        inheritable: mask(c.inheritable()),
-        ambient: c
-            .ambient()
-            .iter()
-            .flatten()
-            .map(|cap| crate::capabilities::number(*cap) as u32)
-            .collect(),
-        last_cap: crate::capabilities::kernel_last_cap() as u32,
-    }
-}
-
 fn cstrings<'a>(what: &'static str, items: impl Iterator<Item = &'a str>) -> Result<Vec<CString>> {
     items
         .map(|s| {
@@ -256,7 +237,7 @@ fn child_plan(
         uid: user.uid(),
         gid: user.gid(),
         additional_gids: user.additional_gids().clone().unwrap_or_default(),
-        caps: process.capabilities().as_ref().map(cap_sets),
+        caps: process.capabilities().as_ref().map(CapSets::from_spec),
         no_new_privileges: process.no_new_privileges().unwrap_or(false),
         seccomp,
         rlimits: process

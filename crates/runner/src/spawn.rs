@@ -62,6 +62,28 @@ pub struct CapSets {
     pub last_cap: u32,
 }
 
+impl CapSets {
+    /// The sets a Spec's process asks for, as masks for capset/prctl.
+    pub fn from_spec(c: &oci_spec::runtime::LinuxCapabilities) -> CapSets {
+        let mask = |s: &Option<oci_spec::runtime::Capabilities>| {
+            s.as_ref().map(crate::capabilities::mask).unwrap_or(0)
+        };
+        CapSets {
+            bounding: mask(c.bounding()),
+            effective: mask(c.effective()),
+            permitted: mask(c.permitted()),
+            inheritable: mask(c.inheritable()),
+            ambient: c
+                .ambient()
+                .iter()
+                .flatten()
+                .map(|cap| crate::capabilities::number(*cap) as u32)
+                .collect(),
+            last_cap: crate::capabilities::kernel_last_cap() as u32,
+        }
+    }
+}
+
 /// Everything the child needs, prepared by the parent before the clone so the
 /// child only performs system calls.
 #[derive(Debug)]

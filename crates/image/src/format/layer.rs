@@ -262,7 +262,7 @@ fn produce(
                 .try_recv()
                 .unwrap_or_else(|_| Vec::with_capacity(CHUNK));
             chunk.resize(CHUNK, 0);
-            let n = read_full(&mut stream, &mut chunk).map_err(|e| {
+            let n = read_head(&mut stream, &mut chunk).map_err(|e| {
                 layer_err(format!(
                     "cannot read {compression} layer `{}`: {e}",
                     spec.location
@@ -301,18 +301,4 @@ fn produce(
         }
     }
     Ok((diff_id, stored_len))
-}
-
-/// Fill `buf` unless the stream ends first; returns the bytes read.
-fn read_full<R: Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
