@@ -153,7 +153,7 @@ pub struct LoadArgs {
     #[arg(long, short)]
     pub quiet: bool,
     /// Platform to pick from a multi-platform index
-    #[arg(long, default_value = "linux/amd64")]
+    #[arg(long, default_value_t = host_platform())]
     pub platform: String,
     /// Print phase timings (text, or json to stderr)
     #[arg(long, num_args = 0..=1, default_missing_value = "text", require_equals = true)]
@@ -273,7 +273,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub rootfs: Option<PathBuf>,
     /// Platform to pick when IMAGE is a multi-platform archive
-    #[arg(long, default_value = "linux/amd64")]
+    #[arg(long, default_value_t = host_platform())]
     pub platform: String,
     /// Print phase timings (text, or json to stderr)
     #[arg(long, num_args = 0..=1, default_missing_value = "text", require_equals = true)]
@@ -316,4 +316,17 @@ pub struct ExecArgs {
         value_name = "CONTAINER [--] CMD"
     )]
     pub args: Vec<String>,
+}
+
+/// The platform picked from a multi-platform image by default: this host's,
+/// as docker does.
+pub fn host_platform() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        other => other,
+    };
+    format!("linux/{arch}")
 }

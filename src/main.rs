@@ -3,6 +3,7 @@
 
 use std::process::ExitCode;
 
+use clap::error::ErrorKind;
 use clap::Parser;
 
 mod cli;
@@ -10,7 +11,18 @@ mod commands;
 mod output;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    // Usage errors are runbox failures (125, as docker), not clap's 2: a
+    // script must not mistake them for a command that exited 2.
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+                _ => ExitCode::from(125),
+            };
+        }
+    };
     // Commands that only print data die quietly on a closed pipe, like `cat`.
     // `run` and `exec` keep ignoring SIGPIPE: they must clean up their container.
     if !matches!(cli.command, cli::Command::Run(_) | cli::Command::Exec(_)) {

@@ -516,3 +516,16 @@ fn rmi_and_prune_spare_an_image_a_container_uses() {
     assert!(rmi.status.success(), "{}", stderr(&rmi));
     assert_eq!(fs::read_dir(env.root().join("rootfs")).unwrap().count(), 0);
 }
+
+#[test]
+fn usage_errors_exit_125_and_help_exits_0() {
+    let env = TestEnv::new();
+    let bad = env.run(&["load", "--no-such-flag", "x.tar"]);
+    assert_eq!(bad.status.code(), Some(125), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("--no-such-flag"));
+    let missing = env.run(&["load"]);
+    assert_eq!(missing.status.code(), Some(125));
+    let help = env.run(&["load", "--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    assert!(stdout(&help).contains("Examples"));
+}

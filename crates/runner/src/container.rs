@@ -121,7 +121,10 @@ impl Cleanup<'_> {
         }
         if self.layer && !self.cfg.keep {
             self.layer = false;
-            first = state::discard_layer_in_background(&self.cfg.containers_dir, &self.cfg.id);
+            first = first.and(state::discard_layer_in_background(
+                &self.cfg.containers_dir,
+                &self.cfg.id,
+            ));
         }
         if let Some(dir) = self.state.take() {
             if !self.cfg.keep {
@@ -433,7 +436,14 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
             }
         }
     }
-    cleanup.finish()?;
+    // The command ran: its exit code is the answer. What cleanup could not
+    // remove is reaped by the next runbox command.
+    if let Err(e) = cleanup.finish() {
+        eprintln!(
+            "runbox: warning: cleanup of container {}: {e}",
+            &cfg.id[..12]
+        );
+    }
     let spawn = exec_at.saturating_duration_since(t0).saturating_sub(mount);
     Ok(RunReport {
         exit,

@@ -107,8 +107,15 @@ impl StateDir {
         let path = root.join(id);
         std::fs::create_dir(&path).map_err(|e| Error::io("create state directory", &path, e))?;
         let dir = File::open(&path).map_err(|e| Error::io("open state directory", &path, e))?;
-        let lock = Flock::lock(dir, FlockArg::LockExclusiveNonblock)
-            .map_err(|(_, e)| Error::io("lock state directory", &path, e.into()))?;
+        // Blocking: another runbox's reaper may hold the fresh directory for
+        // a moment (it leaves a directory without state.json alone).
+        let lock = match Flock::lock(dir, FlockArg::LockExclusive) {
+            Ok(lock) => lock,
+            Err((_, e)) => {
+                let _ = std::fs::remove_dir(&path);
+                return Err(Error::io("lock state directory", &path, e.into()));
+            }
+        };
         Ok(StateDir { path, _lock: lock })
     }
 
