@@ -431,3 +431,49 @@ fn pids_and_cpu_limits_are_written_and_enforced() {
     assert_eq!(cgroup_dirs(&plain), Vec::<PathBuf>::new());
     assert!(b.runbox(&["rm", "-f", &plain]).status.success());
 }
+
+#[test]
+fn cgroup_of_a_sigkilled_runbox_is_reaped_by_the_next_run() {
+    let Some(lb) = Lbox::new("cgroup_of_a_sigkilled_runbox_is_reaped_by_the_next_run") else {
+        return;
+    };
+    let rootfs = lb.rootfs.to_str().unwrap().to_string();
+    let mut child: Child = lb
+        .env
+        .cmd()
+        .args([
+            "run", "--memory", "64m", "--rootfs", &rootfs, "sleep", "100",
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait (bounded) until the container runs and its cgroup exists.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let id = loop {
+        let running = std::fs::read_dir(lb.env.state())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|e| {
+                std::fs::read_to_string(e.path().join("state.json"))
+                    .is_ok_and(|s| s.contains("\"running\""))
+            });
+        if let Some(e) = running {
+            break e.file_name().to_string_lossy().into_owned();
+        }
+        assert!(Instant::now() < deadline, "container never ran");
+        std::thread::yield_now();
+    };
+    assert!(!cgroup_dirs(&id).is_empty(), "no cgroup for --memory");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The next runbox command reaps what the killed one left.
+    let out = lb.runbox(&["run", "--rootfs", &rootfs, "true"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        cgroup_dirs(&id).is_empty(),
+        "cgroup left: {:?}",
+        cgroup_dirs(&id)
+    );
+    assert!(!lb.env.state().join(&id).exists(), "state dir left");
+}

@@ -367,10 +367,21 @@ pub fn reap_stale(state_root: &Path, containers_dir: &Path) -> Vec<String> {
                 Ok(st) if st.status == Status::Stopped => false,
                 Ok(st) => {
                     // Its runbox is gone (the lock was free), so the container
-                    // is dying from its parent-death signal; make sure.
-                    if is_alive(&st) {
-                        let pid = nix::unistd::Pid::from_raw(st.pid);
-                        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                    // is dying from its parent-death signal; make sure, through
+                    // a pidfd checked against the start time (never a reused pid).
+                    if let Ok(fd) = crate::syscall::pidfd_open(nix::unistd::Pid::from_raw(st.pid)) {
+                        if is_alive(&st) {
+                            let _ = crate::syscall::pidfd_send_signal(
+                                std::os::fd::AsFd::as_fd(&fd),
+                                libc::SIGKILL,
+                            );
+                        }
+                    }
+                    // Its cgroup (limits were asked for) goes with it.
+                    if !st.cgroup.is_empty() {
+                        if let Ok(Some(cg)) = crate::cgroups::Cgroup::open(&st.id) {
+                            let _ = cg.remove();
+                        }
                     }
                     true
                 }
