@@ -190,9 +190,9 @@ pub fn claim_name(root: &Path, name: &str, id: &str) -> Result<()> {
                             id: owner[..owner.len().min(12)].to_owned(),
                         })
                     }
-                    // Stale (or being written right now: a claimant writes
-                    // right after creating, so an empty file is young).
-                    None if young(&path) => {
+                    // Stale, or young: a claimant writes right after creating
+                    // the file, and creates its state dir a little later.
+                    _ if young(&path) => {
                         return Err(Error::NameInUse {
                             name: name.to_owned(),
                             id: "(being created)".into(),
@@ -533,9 +533,19 @@ mod tests {
             "{err}"
         );
         assert_eq!(resolve(root, "db").unwrap(), "aaaa");
-        // The owner's state dir is gone: the name is stale and free.
+        // The owner's state dir is gone but the claim is young: the owner
+        // may be about to create it, so the name stays taken.
         std::fs::remove_dir(root.join("aaaa")).unwrap();
         std::fs::create_dir(root.join("bbbb")).unwrap();
+        assert!(claim_name(root, "db", "bbbb").is_err());
+        // An old claim without a state dir is stale and free.
+        let old = std::time::SystemTime::now() - Duration::from_secs(60);
+        std::fs::File::options()
+            .write(true)
+            .open(root.join(".names").join("db"))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
         claim_name(root, "db", "bbbb").unwrap();
         assert_eq!(resolve(root, "db").unwrap(), "bbbb");
         release_name(root, "db", "aaaa");
