@@ -247,7 +247,9 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
         layer: false,
         cgroup: None,
     };
-    let dir = StateDir::create(&cfg.state_root, &cfg.id)?;
+    // In the guard at once: an error below must not leave the dir behind.
+    cleanup.state = Some(StateDir::create(&cfg.state_root, &cfg.id)?);
+    let dir = cleanup.state.as_ref().expect("just set");
     let mut host = HostFiles::default();
     for (dst, content) in &cfg.etc_files {
         let name = dst
@@ -264,7 +266,6 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
     let config =
         serde_json::to_vec(spec).map_err(|e| Error::io("encode", "config.json", e.into()))?;
     dir.write_file(crate::exec::CONFIG_JSON, &config)?;
-    cleanup.state = Some(dir);
     cleanup.cgroup = crate::lifecycle::create_cgroup(&cfg.id, &cfg.lifecycle.limits)?;
 
     let layer = cfg.containers_dir.join(&cfg.id);

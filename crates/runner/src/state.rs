@@ -5,7 +5,8 @@
 //!     state.json           id, pid, pid start time, image, rootfs, created, status,
 //!                          exit code, name, command, log path, cgroup dirs,
 //!                          monitor pid, detached, finished, oom_killed
-//!     hosts hostname resolv.conf   bind-mounted into the container
+//!     etc-hosts etc-hostname etc-resolv.conf   bind-mounted into the container
+//!     config.json          the Spec it was started with (for `runbox exec`)
 //! ```
 //!
 //! ```text
