@@ -311,8 +311,10 @@ pub const SPARE_PREFIX: &str = ".spare-";
 fn make_spare(containers_dir: &Path) -> std::io::Result<()> {
     let pid = std::process::id();
     let tmp = containers_dir.join(format!("{SPARE_PREFIX}{pid}.tmp"));
+    // Never create parents: if the store went away meanwhile, so does the spare.
+    std::fs::create_dir(&tmp)?;
     for sub in ["upper", "work", "merged"] {
-        std::fs::create_dir_all(tmp.join(sub))?;
+        std::fs::create_dir(tmp.join(sub))?;
     }
     std::fs::rename(&tmp, containers_dir.join(format!("{SPARE_PREFIX}{pid}")))
 }
