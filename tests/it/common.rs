@@ -28,6 +28,22 @@ pub struct TestEnv {
     pub dir: tempfile::TempDir,
 }
 
+impl Drop for TestEnv {
+    /// runbox deletes writable layers in a detached process that may still
+    /// be writing (a spare layer) while the directory is removed: retry,
+    /// bounded, until it is gone.
+    fn drop(&mut self) {
+        let path = self.dir.path().to_path_buf();
+        for _ in 0..100 {
+            let _ = std::fs::remove_dir_all(&path);
+            if !path.exists() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
 impl TestEnv {
     pub fn new() -> TestEnv {
         // Under the store's usual filesystem (not /tmp, which may be tmpfs) so overlay works.
