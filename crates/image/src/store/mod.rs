@@ -213,19 +213,20 @@ impl Store {
 
     /// Reads one record by full ID, with names and last use filled in.
     pub fn read_record(&self, id: &Digest) -> Result<ImageRecord> {
+        let mut rec = self.read_bare(id)?;
+        rec.names = names_of(&self.refs()?, id);
+        Ok(rec)
+    }
+
+    /// A record without its names (they cost a read of every ref): what
+    /// `run` needs.
+    fn read_bare(&self, id: &Digest) -> Result<ImageRecord> {
         let path = self.record_path(id);
         let bytes = read_capped(&path)?.ok_or_else(|| Error::ImageNotFound(id.to_string()))?;
         let mut rec: ImageRecord = serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        rec.names = self
-            .refs()?
-            .into_iter()
-            .filter(|(_, target)| target == id)
-            .map(|(name, _)| name)
-            .collect();
-        rec.names.sort();
         rec.last_used = fs::metadata(self.used_path(id))
             .and_then(|m| m.modified())
             .unwrap_or(rec.loaded);
@@ -234,6 +235,7 @@ impl Store {
 
     /// Every stored image, names filled in, sorted by load time (newest first).
     pub fn records(&self) -> Result<Vec<ImageRecord>> {
+        let refs = self.refs()?;
         let dir = self.root.join("images");
         let mut out = Vec::new();
         for entry in fs::read_dir(&dir).ctx("list", &dir)? {
@@ -245,8 +247,11 @@ impl Store {
             let Some(id) = Digest::parse(&format!("sha256:{hex}")) else {
                 continue;
             };
-            match self.read_record(&id) {
-                Ok(r) => out.push(r),
+            match self.read_bare(&id) {
+                Ok(mut r) => {
+                    r.names = names_of(&refs, &id);
+                    out.push(r)
+                }
                 // Removed by a concurrent rmi between listing and reading; or
                 // torn by a crash (no fsync): `prune` removes it.
                 Err(Error::ImageNotFound(_)) | Err(Error::Corrupt { .. }) => {}
@@ -294,11 +299,16 @@ impl Store {
 
     /// Looks up a stored image by name[:tag], full ID, `sha256:` ID or unique ID prefix.
     pub fn lookup(&self, reference: &str) -> Result<ImageRecord> {
+        self.read_record(&self.resolve_id(reference)?)
+    }
+
+    /// The ID a reference names (see `lookup`).
+    fn resolve_id(&self, reference: &str) -> Result<Digest> {
         if let Ok(name) = normalize_name(reference) {
             let path = self.root.join("refs").join(escape_name(&name));
             if let Ok(text) = fs::read_to_string(&path) {
                 if let Some(id) = Digest::parse(text.trim()) {
-                    return self.read_record(&id);
+                    return Ok(id);
                 }
             }
         }
@@ -322,9 +332,8 @@ impl Store {
             match found.len() {
                 0 => {}
                 1 => {
-                    let id = Digest::parse(&format!("sha256:{}", found[0]))
-                        .ok_or_else(|| Error::ImageNotFound(reference.into()))?;
-                    return self.read_record(&id);
+                    return Digest::parse(&format!("sha256:{}", found[0]))
+                        .ok_or_else(|| Error::ImageNotFound(reference.into()));
                 }
                 _ => {
                     return Err(Error::Ambiguous {
@@ -354,7 +363,8 @@ impl Store {
             };
             return Ok(self.load(&path, &opts, &mut Silent)?.image);
         }
-        self.lookup(arg)
+        // `run` has no use for the names: skip reading every ref.
+        self.read_bare(&self.resolve_id(arg)?)
     }
 
     /// Marks the image used now (for `prune --until`).
@@ -458,6 +468,17 @@ impl Store {
         let dst = self.trash_dir().join(name);
         fs::rename(path, &dst).ctx("move to trash", path)
     }
+}
+
+/// The names in `refs` that point at `id`, sorted.
+fn names_of(refs: &[(String, Digest)], id: &Digest) -> Vec<String> {
+    let mut names: Vec<String> = refs
+        .iter()
+        .filter(|(_, target)| target == id)
+        .map(|(name, _)| name.clone())
+        .collect();
+    names.sort();
+    names
 }
 
 /// Creates `path` if needed and makes its mode exactly `mode`.
