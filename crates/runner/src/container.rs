@@ -354,24 +354,25 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
                 cg.add_process(pid)?;
                 let _ = nix::unistd::write(&go, b"g");
             }
-            if let Some(dir) = &cleanup.state {
-                dir.save(&ContainerState {
-                    id: cfg.id.clone(),
-                    pid: pid.as_raw(),
-                    pid_start_time: state::pid_start_time(pid.as_raw()).unwrap_or(0),
-                    image: cfg.image.clone(),
-                    rootfs: cfg.image_dir.clone(),
-                    created: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
-                    // `running` once the command was executed (see wait_loop):
-                    // before that its mounts and masks are not all in place.
-                    status: Status::Created,
-                    ..crate::lifecycle::state_fields(spec, cfg, dir.path(), cgroup)
-                })?;
-            }
-            Ok(())
+            let Some(dir) = &cleanup.state else {
+                return Ok(None);
+            };
+            let st = ContainerState {
+                id: cfg.id.clone(),
+                pid: pid.as_raw(),
+                pid_start_time: state::pid_start_time(pid.as_raw()).unwrap_or(0),
+                image: cfg.image.clone(),
+                rootfs: cfg.image_dir.clone(),
+                created: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+                // `running` once the command was executed (see wait_loop):
+                // before that its mounts and masks are not all in place.
+                status: Status::Created,
+                ..crate::lifecycle::state_fields(spec, cfg, dir.path(), cgroup)
+            };
+            dir.save(&st)?;
+            Ok(Some((dir, st)))
         })();
-        match started.and_then(|()| {
-            let state_dir = cleanup.state.as_ref();
+        match started.and_then(|state| {
             wait_loop(
                 cfg,
                 pid,
@@ -380,7 +381,7 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
                 sync_r,
                 master.as_ref(),
                 spawned,
-                state_dir,
+                state,
             )
         }) {
             Ok(waited) => Ok((pid, waited)),
@@ -463,9 +464,9 @@ enum Waited {
     TimedOut,
 }
 
-/// The command was executed: exec, stop and kill may now reach it.
-fn mark_running(dir: &StateDir) -> Result<()> {
-    let mut st = state::load(dir.path())?;
+/// The command was executed: exec, stop and kill may now reach it. The
+/// state saved at the clone is at hand: no need to read it back.
+fn mark_running(dir: &StateDir, mut st: ContainerState) -> Result<()> {
     st.status = Status::Running;
     dir.save(&st)
 }
@@ -481,7 +482,7 @@ fn wait_loop(
     sync_r: OwnedFd,
     master: Option<&OwnedFd>,
     spawned: Instant,
-    state_dir: Option<&StateDir>,
+    mut state: Option<(&StateDir, ContainerState)>,
 ) -> Result<(Waited, spawn::SyncReport, Option<Instant>)> {
     let deadline = cfg.timeout.map(|t| spawned + t);
     let mut sync = Some(sync_r);
@@ -537,8 +538,8 @@ fn wait_loop(
                         sync = None;
                         exec_at = Some(Instant::now());
                         if spawn::parse_sync(&sync_bytes).error.is_none() {
-                            if let Some(dir) = state_dir {
-                                mark_running(dir)?;
+                            if let Some((dir, st)) = state.take() {
+                                mark_running(dir, st)?;
                             }
                             cfg.lifecycle.report_running();
                         }
