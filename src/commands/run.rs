@@ -124,7 +124,6 @@ pub fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
             let rec = store
                 .resolve_or_load(image, &opts.platform)
                 .with_context(|| format!("run: image `{image}`"))?;
-            store.touch(&rec.id).context("run: mark image used")?;
             _pin = Some(
                 store
                     .pin(&rec)

@@ -26,22 +26,22 @@ impl Store {
         observer: &mut dyn LoadObserver,
     ) -> Result<LoadReport> {
         let started = Instant::now();
-        let session = Session::new(self)?;
-        // Debris of killed loads goes to the trash now; emptied after our load.
-        crate::gc::sweep_sessions(self, Some(&session.name))?;
         observer.phase("resolving");
         let source_key = source_key(path, opts);
 
-        // Fastest path: this very file was loaded before.
+        // Fastest path (every `run image.tar` after the first): this very
+        // file was loaded before. It needs no session and no sweep.
         if let Some(key) = &source_key {
-            if let Some(image) = self.cached_source(key)? {
-                self.add_names(&image.id, &source_names(None, opts))?;
-                self.touch(&image.id)?;
-                let image = self.read_record(&image.id)?;
-                drop(session);
+            if let Some(id) = self.cached_source(key)? {
+                self.add_names(&id, &source_names(None, opts))?;
+                self.touch(&id)?;
+                let image = self.read_record(&id)?;
                 return Ok(self.reused(image, started));
             }
         }
+        let session = Session::new(self)?;
+        // Debris of killed loads goes to the trash now; emptied after our load.
+        crate::gc::sweep_sessions(self, Some(&session.name))?;
 
         let input = Input::open(path, &session.dir)?;
         let source = input.resolve(&opts.selector, &opts.platform)?;
@@ -90,7 +90,8 @@ impl Store {
         }
     }
 
-    fn cached_source(&self, key: &str) -> Result<Option<ImageRecord>> {
+    /// The stored image this input was loaded as, if its rootfs is still there.
+    fn cached_source(&self, key: &str) -> Result<Option<Digest>> {
         let p = self.root.join("sources").join(key);
         let Ok(text) = fs::read_to_string(&p) else {
             return Ok(None);
@@ -98,8 +99,8 @@ impl Store {
         let Some(id) = Digest::parse(text.trim()) else {
             return Ok(None);
         };
-        match self.read_record(&id) {
-            Ok(rec) if rec.rootfs.is_dir() => Ok(Some(rec)),
+        match self.read_bare(&id) {
+            Ok(rec) if rec.rootfs.is_dir() => Ok(Some(id)),
             _ => Ok(None),
         }
     }

@@ -220,7 +220,7 @@ impl Store {
 
     /// A record without its names (they cost a read of every ref): what
     /// `run` needs.
-    fn read_bare(&self, id: &Digest) -> Result<ImageRecord> {
+    pub(crate) fn read_bare(&self, id: &Digest) -> Result<ImageRecord> {
         let path = self.record_path(id);
         let bytes = read_capped(&path)?.ok_or_else(|| Error::ImageNotFound(id.to_string()))?;
         let mut rec: ImageRecord = serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
@@ -353,6 +353,7 @@ impl Store {
     /// For `runbox run IMAGE`: if `arg` names an existing file or directory
     /// (optionally with a `:NAME`/`@INDEX` selector), load it (cheap when
     /// already stored) and return its record; otherwise look it up by name or ID.
+    /// Either way the image is marked used now.
     pub fn resolve_or_load(&self, arg: &str, platform: &Platform) -> Result<ImageRecord> {
         let (path, selector) = Selector::parse_path_arg(arg);
         if path.exists() {
@@ -364,7 +365,9 @@ impl Store {
             return Ok(self.load(&path, &opts, &mut Silent)?.image);
         }
         // `run` has no use for the names: skip reading every ref.
-        self.read_bare(&self.resolve_id(arg)?)
+        let id = self.resolve_id(arg)?;
+        self.touch(&id)?;
+        self.read_bare(&id)
     }
 
     /// Marks the image used now (for `prune --until`).
