@@ -56,20 +56,24 @@ pub struct ResolvedUser {
     pub name: Option<String>,
 }
 
+/// The `:`-separated records of a passwd or group file with at least
+/// `min_fields` fields; blank lines and comments skipped.
+fn records(content: &str, min_fields: usize) -> impl Iterator<Item = Vec<&str>> {
+    content.lines().filter_map(move |line| {
+        let line = line.trim_end_matches('\r');
+        if line.is_empty() || line.starts_with('#') {
+            return None;
+        }
+        let f: Vec<&str> = line.split(':').collect();
+        (f.len() >= min_fields).then_some(f)
+    })
+}
+
 /// Parses passwd content. Malformed lines and comments are skipped, as
 /// libc and runc do, since images often carry odd entries.
 pub fn parse_passwd(content: &str) -> Vec<PasswdEntry> {
-    content
-        .lines()
-        .filter_map(|line| {
-            let line = line.trim_end_matches('\r');
-            if line.is_empty() || line.starts_with('#') {
-                return None;
-            }
-            let f: Vec<&str> = line.split(':').collect();
-            if f.len() < 4 {
-                return None;
-            }
+    records(content, 4)
+        .filter_map(|f| {
             Some(PasswdEntry {
                 name: f[0].to_string(),
                 uid: f[2].parse().ok()?,
@@ -83,17 +87,8 @@ pub fn parse_passwd(content: &str) -> Vec<PasswdEntry> {
 
 /// Parses group content, skipping malformed lines and comments.
 pub fn parse_group(content: &str) -> Vec<GroupEntry> {
-    content
-        .lines()
-        .filter_map(|line| {
-            let line = line.trim_end_matches('\r');
-            if line.is_empty() || line.starts_with('#') {
-                return None;
-            }
-            let f: Vec<&str> = line.split(':').collect();
-            if f.len() < 3 {
-                return None;
-            }
+    records(content, 3)
+        .filter_map(|f| {
             let members = f
                 .get(3)
                 .map(|m| {
