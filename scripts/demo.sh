@@ -11,7 +11,8 @@ if ! command -v busybox >/dev/null || ! dpkg -s libseccomp-dev >/dev/null 2>&1; 
     apt-get install -y -qq busybox-static libseccomp-dev pkg-config >/dev/null
 fi
 cargo build --release
-RUNBOX=${CARGO_TARGET_DIR:-$PWD/target}/release/runbox
+# .cargo/config.toml builds for this target (a static runbox).
+RUNBOX=${CARGO_TARGET_DIR:-$PWD/target}/${CARGO_BUILD_TARGET:-x86_64-unknown-linux-gnu}/release/runbox
 
 work=$(mktemp -d /var/tmp/runbox-demo.XXXXXX)
 trap 'rm -rf "$work"' EXIT
