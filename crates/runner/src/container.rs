@@ -2,15 +2,21 @@
 //!
 //! ```text
 //! reap debris of killed runs -> state dir (locked) + /etc files -> [cgroup]
-//! -> layer dirs
+//! -> writable layer (a spare, see `layers`)
 //! -> [pty, raw mode] -> block signals -> spawn::clone_container
+//! -> while the child mounts: fork the deleter (holding the child's mount
+//!    namespace), write config.json and state.json
 //! -> poll loop: sync pipe (mount time, setup error), pidfd (exit), signalfd
 //!    (forward, or resize the pty), pty master <-> stdio, --timeout deadline
-//! -> wait -> remove state dir and writable layer (unless --keep)
+//! -> wait -> remove state dir, layer to the trash, let the deleter go
+//!    (unless --keep)
 //! ```
 //!
 //! The overlay is mounted inside the container's mount namespace, so it
 //! disappears with the namespace: nothing is ever left mounted on the host.
+//! The deleter holds that namespace until runbox is done, so the unmounting
+//! happens in the deleter, after runbox has exited, not in the container's
+//! exit that runbox waits for.
 //! Cleanup runs on every path out (a guard), and a cleanup error never hides
 //! the run's own error.
 
@@ -27,6 +33,7 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use oci_spec::runtime::{PosixRlimitType, Spec};
 
 use crate::error::{Error, Result};
+use crate::layers;
 use crate::rootfs::{self, HostFiles, RootfsMode};
 use crate::spawn::{self, CapSets, ChildPlan, Stdio};
 use crate::state::{self, ContainerState, StateDir, Status};
@@ -111,6 +118,8 @@ struct Cleanup<'a> {
     layer: bool,
     /// Removed even when kept: nothing runs in it once PID 1 is gone.
     cgroup: Option<crate::cgroups::Cgroup>,
+    /// Forked at the start; let go (dropped) once the layer is in the trash.
+    deleter: Option<layers::Deleter>,
 }
 
 impl Cleanup<'_> {
@@ -119,18 +128,27 @@ impl Cleanup<'_> {
         if let Some(cgroup) = self.cgroup.take() {
             first = cgroup.remove();
         }
-        if self.layer && !self.cfg.keep {
-            self.layer = false;
-            first = first.and(state::discard_layer_in_background(
-                &self.cfg.containers_dir,
-                &self.cfg.id,
-            ));
-        }
         if let Some(dir) = self.state.take() {
             if !self.cfg.keep {
                 first = first.and(dir.remove());
             }
         }
+        if self.layer && !self.cfg.keep {
+            self.layer = false;
+            let dir = &self.cfg.containers_dir;
+            match layers::move_to_trash(dir, &self.cfg.id) {
+                Ok(true) if self.deleter.is_none() => {
+                    if !layers::empty_trash_in_background(dir) {
+                        layers::empty_trash(dir);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => first = first.and(Err(e)),
+            }
+        }
+        // Let it go even when the layer could not be moved: it still
+        // releases the mount namespace.
+        self.deleter = None;
         first
     }
 }
@@ -231,41 +249,93 @@ fn child_plan(
     })
 }
 
+/// Writes the /etc files that can live in the writable layer there (see
+/// `layers::provide_etc`); returns their names. None with a read-only root,
+/// or when the spec mounts something at /etc (it would hide them).
+fn etc_files_in_layer<'a>(
+    spec: &Spec,
+    cfg: &'a ContainerConfig,
+    mode: &RootfsMode,
+) -> Result<Vec<&'a str>> {
+    let files: Vec<(&str, &[u8])> = cfg
+        .etc_files
+        .iter()
+        .filter(|(dst, _)| dst.parent() == Some(Path::new("/etc")))
+        .filter_map(|(dst, content)| Some((dst.file_name()?.to_str()?, content.as_bytes())))
+        .collect();
+    let etc_mounted = spec
+        .mounts()
+        .iter()
+        .flatten()
+        .any(|m| rootfs::clean_container_path(m.destination()) == Path::new("/etc"));
+    match mode {
+        RootfsMode::Overlay { lower, upper, .. } if !etc_mounted => {
+            layers::provide_etc(upper, lower, &files)
+        }
+        RootfsMode::Overlay { lower, upper, .. } => {
+            // Clear a spare's ready-made files.
+            layers::provide_etc(upper, lower, &[])
+        }
+        RootfsMode::Bind { .. } => Ok(Vec::new()),
+    }
+}
+
 /// Runs `spec` as container `cfg.id` until its PID 1 exits.
 ///
 /// Call it from a single-threaded process (the `runbox` binary is): the
 /// container process is made with a raw clone3, which, unlike glibc's fork,
 /// does not reset locks another thread may hold (malloc, stdio). Real
 /// containers are therefore tested through the binary (tests/it/run.rs).
+///
+/// The forwarded signals are blocked from the first step to the last: a ^C
+/// (SIGINT, SIGTERM, SIGHUP, SIGQUIT) before the container exists ends the
+/// run through the cleanup guard (exit 128+N, nothing left behind); once it
+/// exists, the signal is forwarded to it.
 pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
     let t0 = Instant::now();
     let flags = namespaces::clone_flags(spec)?;
+    let old_mask =
+        signals::block().map_err(|e| Error::io("block signals for", "runbox", e.into()))?;
+    let result = run_blocked(spec, cfg, flags, t0, old_mask);
+    let restored = signals::restore(&old_mask);
+    let report = result?;
+    restored.map_err(|e| Error::io("restore signal mask of", "runbox", e.into()))?;
+    Ok(report)
+}
+
+/// A signal that ends runbox by default, if one is pending on `sigfd`.
+fn pending_termination(sigfd: &nix::sys::signalfd::SignalFd) -> Option<Signal> {
+    signals::drain(sigfd).into_iter().find(|s| {
+        matches!(
+            s,
+            Signal::SIGINT | Signal::SIGTERM | Signal::SIGHUP | Signal::SIGQUIT
+        )
+    })
+}
+
+fn run_blocked(
+    spec: &Spec,
+    cfg: &ContainerConfig,
+    flags: CloneFlags,
+    t0: Instant,
+    old_mask: nix::sys::signal::SigSet,
+) -> Result<RunReport> {
+    let sigfd =
+        signals::signal_fd().map_err(|e| Error::io("create signalfd for", "runbox", e.into()))?;
     state::reap_stale(&cfg.state_root, &cfg.containers_dir);
     let mut cleanup = Cleanup {
         cfg,
         state: None,
         layer: false,
         cgroup: None,
+        deleter: None,
     };
     // In the guard at once: an error below must not leave the dir behind.
     cleanup.state = Some(StateDir::create(&cfg.state_root, &cfg.id)?);
     let dir = cleanup.state.as_ref().expect("just set");
-    let mut host = HostFiles::default();
-    for (dst, content) in &cfg.etc_files {
-        let name = dst
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let src = dir.write_file(&format!("etc-{name}"), content.as_bytes())?;
-        host.etc.push((dst.clone(), src));
-    }
     if cfg.lifecycle.log_to_file {
         crate::lifecycle::redirect_output_to_log(dir.path())?;
     }
-    // What `runbox exec` needs to enter the container the same way.
-    let config =
-        serde_json::to_vec(spec).map_err(|e| Error::io("encode", "config.json", e.into()))?;
-    dir.write_file(crate::exec::CONFIG_JSON, &config)?;
     cleanup.cgroup = crate::lifecycle::create_cgroup(&cfg.id, &cfg.lifecycle.limits)?;
 
     let layer = cfg.containers_dir.join(&cfg.id);
@@ -287,14 +357,28 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
         }
     };
     cleanup.layer = true;
+    // A spare saves the mkdirs (create_dir_all then only checks) and
+    // brings the /etc files, see `layers`.
+    layers::take_spare_layer(&cfg.containers_dir, &cfg.id);
     let mut mk = vec![target.clone()];
     if let RootfsMode::Overlay { upper, work, .. } = &mode {
         mk.extend([upper.clone(), work.clone()]);
     }
-    // A spare saves the mkdirs; create_dir_all then only checks.
-    state::take_spare_layer(&cfg.containers_dir, &cfg.id);
     for d in &mk {
         std::fs::create_dir_all(d).map_err(|e| Error::io("create", d, e))?;
+    }
+    let mut host = HostFiles::default();
+    let in_layer = etc_files_in_layer(spec, cfg, &mode)?;
+    for (dst, content) in &cfg.etc_files {
+        let name = dst
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if dst.parent() == Some(Path::new("/etc")) && in_layer.contains(&name.as_str()) {
+            continue;
+        }
+        let src = dir.write_file(&format!("etc-{name}"), content.as_bytes())?;
+        host.etc.push((dst.clone(), src));
     }
 
     let pty = if cfg.tty {
@@ -305,6 +389,7 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
     host.console = pty.as_ref().map(|p| p.slave_path.clone());
     let mounts = rootfs::plan(spec, mode, target, &host)?;
     let mut plan = child_plan(spec, mounts, flags, cfg)?;
+    plan.sigmask = old_mask;
 
     let (stdio, master) = match pty {
         Some(p) => (Stdio::Pty { slave: p.slave }, Some(p.master)),
@@ -325,77 +410,82 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
         None
     };
 
-    let old_mask =
-        signals::block().map_err(|e| Error::io("block signals for", "runbox", e.into()))?;
-    let result = (|| {
-        plan.sigmask = old_mask;
-        let sigfd = signals::signal_fd()
-            .map_err(|e| Error::io("create signalfd for", "runbox", e.into()))?;
-        let (sync_r, sync_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
-            .map_err(|e| Error::io("create sync pipe for", &cfg.id, e.into()))?;
-        let cgroup = cleanup.cgroup.as_ref();
-        let into_fd = cgroup.and_then(|c| c.clone_into_fd());
-        let cgroup_go = match cgroup {
-            Some(_) if into_fd.is_none() => {
-                let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
-                    .map_err(|e| Error::io("create cgroup pipe for", &cfg.id, e.into()))?;
-                plan.cgroup_wait = Some(r);
-                Some(w)
-            }
-            _ => None,
-        };
-        let spawned = Instant::now();
-        let (pid, pidfd) = spawn::clone_container_in(flags, plan, stdio, sync_w, into_fd)
-            .map_err(|e| Error::io("clone container process", &cfg.image_dir, e.into()))?;
+    let (sync_r, sync_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
+        .map_err(|e| Error::io("create sync pipe for", &cfg.id, e.into()))?;
+    let cgroup = cleanup.cgroup.as_ref();
+    let into_fd = cgroup.and_then(|c| c.clone_into_fd());
+    let cgroup_go = match cgroup {
+        Some(_) if into_fd.is_none() => {
+            let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
+                .map_err(|e| Error::io("create cgroup pipe for", &cfg.id, e.into()))?;
+            plan.cgroup_wait = Some(r);
+            Some(w)
+        }
+        _ => None,
+    };
+    // The last moment to give up without a container to kill.
+    if let Some(sig) = pending_termination(&sigfd) {
+        return Ok(RunReport {
+            exit: Exit::Signaled(sig as i32),
+            oom_killed: false,
+            timings: Timings::default(),
+        });
+    }
+    let spawned = Instant::now();
+    let (pid, pidfd) = spawn::clone_container_in(flags, plan, stdio, sync_w, into_fd)
+        .map_err(|e| Error::io("clone container process", &cfg.image_dir, e.into()))?;
+    let waited = (|| {
         let pidfd = pidfd
             .ok_or_else(|| Error::io("get pidfd of", &cfg.id, std::io::Error::other("none")))?;
-        let started = (|| {
-            if let (Some(cg), Some(go)) = (cgroup, cgroup_go) {
-                cg.add_process(pid)?;
-                let _ = nix::unistd::write(&go, b"g");
-            }
-            let Some(dir) = &cleanup.state else {
-                return Ok(None);
-            };
-            let st = ContainerState {
-                id: cfg.id.clone(),
-                pid: pid.as_raw(),
-                pid_start_time: state::pid_start_time(pid.as_raw()).unwrap_or(0),
-                image: cfg.image.clone(),
-                rootfs: cfg.image_dir.clone(),
-                created: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
-                // `running` once the command was executed (see wait_loop):
-                // before that its mounts and masks are not all in place.
-                status: Status::Created,
-                ..crate::lifecycle::state_fields(spec, cfg, dir.path(), cgroup)
-            };
-            dir.save(&st)?;
-            Ok(Some((dir, st)))
-        })();
-        match started.and_then(|state| {
-            wait_loop(
-                cfg,
-                pid,
-                &pidfd,
-                &sigfd,
-                sync_r,
-                master.as_ref(),
-                spawned,
-                state,
-            )
-        }) {
-            Ok(waited) => Ok((pid, waited)),
-            Err(e) => {
-                // Never leave a container behind an error: kill and reap it.
-                let _ = kill(pid, Signal::SIGKILL);
-                let _ = waitpid(pid, None);
-                Err(e)
-            }
+        if let (Some(cg), Some(go)) = (cgroup, cgroup_go) {
+            cg.add_process(pid)?;
+            let _ = nix::unistd::write(&go, b"g");
         }
+        // While the child mounts: the deleter (holding the child's mount
+        // namespace, so its exit does not unmount), then the state.
+        if !cfg.keep {
+            let mntns = std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
+                .ok()
+                .map(OwnedFd::from);
+            cleanup.deleter = layers::Deleter::spawn(&cfg.containers_dir, mntns);
+        }
+        // What `runbox exec` needs to enter the container the same way.
+        let config =
+            serde_json::to_vec(spec).map_err(|e| Error::io("encode", "config.json", e.into()))?;
+        dir.write_file(crate::exec::CONFIG_JSON, &config)?;
+        let st = ContainerState {
+            id: cfg.id.clone(),
+            pid: pid.as_raw(),
+            pid_start_time: state::pid_start_time(pid.as_raw()).unwrap_or(0),
+            image: cfg.image.clone(),
+            rootfs: cfg.image_dir.clone(),
+            created: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            // `running` once the command was executed (see wait_loop):
+            // before that its mounts and masks are not all in place.
+            status: Status::Created,
+            ..crate::lifecycle::state_fields(spec, cfg, dir.path(), cgroup)
+        };
+        dir.save(&st)?;
+        wait_loop(
+            cfg,
+            pid,
+            &pidfd,
+            &sigfd,
+            sync_r,
+            master.as_ref(),
+            spawned,
+            Some((dir, st)),
+        )
     })();
-    let restored = signals::restore(&old_mask);
-    let (pid, (status, report, exec_at)) = result?;
-    restored.map_err(|e| Error::io("restore signal mask of", "runbox", e.into()))?;
+    let (status, report, exec_at) = match waited {
+        Ok(waited) => waited,
+        Err(e) => {
+            // Never leave a container behind an error: kill and reap it.
+            let _ = kill(pid, Signal::SIGKILL);
+            let _ = waitpid(pid, None);
+            return Err(e);
+        }
+    };
 
     let exited = Instant::now();
     let mount = Duration::from_micros(report.mount_us.unwrap_or(0));
@@ -459,16 +549,16 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
     })
 }
 
-enum Waited {
-    Status(WaitStatus),
-    TimedOut,
-}
-
 /// The command was executed: exec, stop and kill may now reach it. The
 /// state saved at the clone is at hand: no need to read it back.
 fn mark_running(dir: &StateDir, mut st: ContainerState) -> Result<()> {
     st.status = Status::Running;
     dir.save(&st)
+}
+
+enum Waited {
+    Status(WaitStatus),
+    TimedOut,
 }
 
 /// Polls until PID 1 exits; returns how, what the sync pipe said and when exec happened.

@@ -15,6 +15,7 @@
 //! spawn         the one fork: parent/child sync, pid 1, wait
 //! exec          entering a running container
 //! state         container state directory on disk
+//! layers        writable layers: spares made ahead, trash deleted after
 //! lifecycle     names, ps listing, signals via pidfd, stop/kill/rm, limits
 //! supervisor    the per-container process of `run -d` that records the exit
 //! logs          a detached container's log file, `logs -f`
@@ -52,6 +53,8 @@ pub mod pty;
 pub mod signals;
 
 pub mod state;
+
+pub mod layers;
 
 pub mod container;
 

@@ -466,7 +466,10 @@ fn remove_locked(
             first = cg.remove();
         }
     }
-    first = first.and(state::discard_layer_in_background(containers_dir, id));
+    first = first.and(crate::layers::discard_layer_in_background(
+        containers_dir,
+        id,
+    ));
     let dir = root.join(id);
     let removed =
         std::fs::remove_dir_all(&dir).map_err(|e| Error::io("remove state directory", &dir, e));

@@ -20,14 +20,10 @@
 //! (`lifecycle::claim_name`). Scanners of the state root skip dot entries.
 //!
 //! `state.json` is replaced atomically (write a temporary file, rename).
+//!
 //! A directory whose lock can be taken while its status says `running` was
 //! left by a runbox that died (SIGKILL): [`reap_stale`] removes it together
-//! with its writable layer. Writable layers being deleted are first renamed to
-//! `containers/.trash-<id>` (so a half-deleted layer is never mistaken for a
-//! live one) and deleted by a detached process, so runbox does not wait for
-//! the filesystem; the next run finishes a job a killed deleter left. That
-//! process also leaves one empty layer, `containers/.spare-<pid>`, which the
-//! next start renames to its id instead of making directories.
+//! with its writable layer (see `layers`).
 
 use std::fs::File;
 use std::io::Write;
@@ -38,6 +34,7 @@ use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::layers;
 
 /// Largest state.json we read back (it is a few hundred bytes).
 const MAX_STATE_JSON: u64 = 64 * 1024;
@@ -131,8 +128,13 @@ impl StateDir {
         Ok(p)
     }
 
-    /// Replaces state.json atomically.
+    /// Replaces state.json atomically. An existing one is swapped out
+    /// (`RENAME_EXCHANGE`) and then unlinked rather than renamed over: ext4
+    /// starts writing a file to disk when it replaces another by rename
+    /// (`auto_da_alloc`), and the unlink at the end of the run would wait
+    /// for that write.
     pub fn save(&self, state: &ContainerState) -> Result<()> {
+        use nix::fcntl::{renameat2, RenameFlags};
         let tmp = self.path.join(".state.json.tmp");
         let dst = self.path.join("state.json");
         let json =
@@ -140,7 +142,13 @@ impl StateDir {
         let mut f = File::create(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
         f.write_all(&json)
             .map_err(|e| Error::io("write", &tmp, e))?;
-        std::fs::rename(&tmp, &dst).map_err(|e| Error::io("rename into place", &dst, e))
+        match renameat2(None, &tmp, None, &dst, RenameFlags::RENAME_EXCHANGE) {
+            Ok(()) => std::fs::remove_file(&tmp).map_err(|e| Error::io("remove", &tmp, e)),
+            // The first save (ENOENT), or a filesystem without exchange.
+            Err(_) => {
+                std::fs::rename(&tmp, &dst).map_err(|e| Error::io("rename into place", &dst, e))
+            }
+        }
     }
 
     /// Records that the container stopped and is kept: saves `state` and
@@ -191,153 +199,6 @@ pub fn pid_start_time(pid: i32) -> Option<u64> {
 /// True when the process recorded in `state` still runs.
 pub fn is_alive(state: &ContainerState) -> bool {
     state.pid > 0 && pid_start_time(state.pid) == Some(state.pid_start_time)
-}
-
-/// Renames a writable layer to `.trash-<id>` and deletes it.
-pub fn discard_layer(containers_dir: &Path, id: &str) -> Result<()> {
-    let dir = containers_dir.join(id);
-    let trash = containers_dir.join(format!(".trash-{id}"));
-    match std::fs::rename(&dir, &trash) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io("move to trash", &dir, e)),
-    }
-    std::fs::remove_dir_all(&trash).map_err(|e| Error::io("remove", &trash, e))
-}
-
-/// Renames a writable layer to `.trash-<id>` and deletes every `.trash-*`
-/// dir in a detached process, so runbox exits without waiting for the
-/// filesystem (removing even a small overlay upper/work dir costs
-/// milliseconds on a busy ext4). Falls back to deleting inline when the
-/// fork fails. A trash dir left by a killed deleter is removed by
-/// [`reap_stale`].
-pub fn discard_layer_in_background(containers_dir: &Path, id: &str) -> Result<()> {
-    let dir = containers_dir.join(id);
-    let trash = containers_dir.join(format!(".trash-{id}"));
-    match std::fs::rename(&dir, &trash) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io("move to trash", &dir, e)),
-    }
-    if !empty_trash_in_background(containers_dir) {
-        std::fs::remove_dir_all(&trash).map_err(|e| Error::io("remove", &trash, e))?;
-    }
-    Ok(())
-}
-
-/// Deletes every `.trash-*` dir of `containers_dir` in a detached process;
-/// false when it could not be started.
-fn empty_trash_in_background(containers_dir: &Path) -> bool {
-    use crate::syscall::{fork, Forked};
-    use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow, Signal};
-    // The deleter keeps these blocked for life: a terminal hangup or ^C aimed
-    // at runbox's process group must not kill it before setsid (or after).
-    let mut block = SigSet::empty();
-    for sig in [
-        Signal::SIGHUP,
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGQUIT,
-    ] {
-        block.add(sig);
-    }
-    let mut old = SigSet::empty();
-    let blocked = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&block), Some(&mut old)).is_ok();
-    let forked = fork();
-    if blocked && !matches!(forked, Ok(Forked::Child)) {
-        let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
-    }
-    match forked {
-        Ok(Forked::Child) => {
-            // Double fork: the deleter is reparented to init, no zombie here.
-            if let Ok(Forked::Child) = fork() {
-                let _ = nix::unistd::setsid();
-                // Let go of runbox's stdio: whoever reads it (`$(runbox run ...)`,
-                // a pipe) must see EOF when runbox exits, not when this does.
-                if let Ok(null) = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open("/dev/null")
-                {
-                    use std::os::fd::AsRawFd;
-                    for fd in 0..=2 {
-                        let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
-                    }
-                }
-                empty_trash(containers_dir);
-            }
-            crate::syscall::exit_now(0)
-        }
-        Ok(Forked::Parent { pid, .. }) => {
-            let _ = nix::sys::wait::waitpid(pid, None);
-            true
-        }
-        Err(_) => false,
-    }
-}
-
-/// Empties the trash, then leaves one spare writable layer for the next run.
-fn empty_trash(containers_dir: &Path) {
-    let mut spares = 0;
-    if let Ok(entries) = std::fs::read_dir(containers_dir) {
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            // An old `.tmp` spare was left by a killed deleter (a young one
-            // may be in the making by a concurrent deleter: leave it).
-            let stale_tmp = name.ends_with(".tmp")
-                && entry
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| t.elapsed().ok())
-                    .is_some_and(|age| age > std::time::Duration::from_secs(60));
-            if name.starts_with(".trash-") || stale_tmp {
-                let _ = std::fs::remove_dir_all(entry.path());
-            } else if name.starts_with(SPARE_PREFIX) && !name.contains(".tmp") {
-                spares += 1;
-            }
-        }
-    }
-    if spares == 0 {
-        let _ = make_spare(containers_dir);
-    }
-}
-
-/// Name prefix of ready-made empty writable layers.
-pub const SPARE_PREFIX: &str = ".spare-";
-
-/// Creates `.spare-<pid>` with empty `upper`, `work` and `merged`, built
-/// under a temporary name and renamed so it appears complete.
-fn make_spare(containers_dir: &Path) -> std::io::Result<()> {
-    let pid = std::process::id();
-    let tmp = containers_dir.join(format!("{SPARE_PREFIX}{pid}.tmp"));
-    // Never create parents: if the store went away meanwhile, so does the spare.
-    std::fs::create_dir(&tmp)?;
-    for sub in ["upper", "work", "merged"] {
-        std::fs::create_dir(tmp.join(sub))?;
-    }
-    std::fs::rename(&tmp, containers_dir.join(format!("{SPARE_PREFIX}{pid}")))
-}
-
-/// Moves a spare writable layer (made in the background after an earlier
-/// run) to `containers/<id>`, sparing the start its mkdirs, which are slow
-/// on ext4 right after deletions. False when there is none to take.
-pub fn take_spare_layer(containers_dir: &Path, id: &str) -> bool {
-    let Ok(entries) = std::fs::read_dir(containers_dir) else {
-        return false;
-    };
-    let dst = containers_dir.join(id);
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        // Another run may take the same spare first: rename decides.
-        if name.starts_with(SPARE_PREFIX)
-            && !name.ends_with(".tmp")
-            && std::fs::rename(entry.path(), &dst).is_ok()
-        {
-            return true;
-        }
-    }
-    false
 }
 
 /// Removes what SIGKILLed runs left: unlocked `running`/`created` state dirs
@@ -398,7 +259,7 @@ pub fn reap_stale(state_root: &Path, containers_dir: &Path) -> Vec<String> {
             };
             if stale {
                 let id = entry.file_name().to_string_lossy().into_owned();
-                let _ = discard_layer_in_background(containers_dir, &id);
+                let _ = layers::move_to_trash(containers_dir, &id);
                 let _ = std::fs::remove_dir_all(&path);
                 reaped.push(id);
             }
@@ -406,12 +267,14 @@ pub fn reap_stale(state_root: &Path, containers_dir: &Path) -> Vec<String> {
         }
     }
     let has_trash = std::fs::read_dir(containers_dir).is_ok_and(|entries| {
-        entries
-            .flatten()
-            .any(|e| e.file_name().to_string_lossy().starts_with(".trash-"))
+        entries.flatten().any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(layers::TRASH_PREFIX)
+        })
     });
-    if has_trash && !empty_trash_in_background(containers_dir) {
-        empty_trash(containers_dir);
+    if has_trash && !layers::empty_trash_in_background(containers_dir) {
+        layers::empty_trash(containers_dir);
     }
     reaped
 }

@@ -270,6 +270,29 @@ pub fn cloexec_from(first: u32) -> nix::Result<()> {
     .map(drop)
 }
 
+/// Closes every descriptor from `first` up except those in `keep`.
+pub fn close_all_from_except(first: u32, keep: &[RawFd]) -> nix::Result<()> {
+    let mut keep: Vec<u32> = keep
+        .iter()
+        .filter_map(|&fd| u32::try_from(fd).ok())
+        .filter(|&fd| fd >= first)
+        .collect();
+    keep.sort_unstable();
+    keep.dedup();
+    let mut from = first;
+    let close = |lo: u32, hi: u32| {
+        // SAFETY: close_range with integer arguments only.
+        Errno::result(unsafe { libc::syscall(libc::SYS_close_range, lo, hi, 0) }).map(drop)
+    };
+    for fd in keep {
+        if fd > from {
+            close(from, fd - 1)?;
+        }
+        from = fd + 1;
+    }
+    close(from, u32::MAX)
+}
+
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 const AT_RECURSIVE: libc::c_uint = 0x8000;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
