@@ -3,9 +3,10 @@
 //! ```text
 //! reap debris of killed runs -> state dir (locked) + /etc files -> [cgroup]
 //! -> writable layer (a spare, see `layers`)
-//! -> [pty, raw mode] -> block signals -> spawn::clone_container
-//! -> while the child mounts: fork the deleter (holding the child's mount
-//!    namespace), write config.json and state.json
+//! -> [pty, raw mode] -> spawn::spawn_container (runbox sleeps until the
+//!    child has exec'd, see spawn; the child hands over its mount namespace)
+//! -> fork the deleter (holding that namespace), write config.json and
+//!    state.json while the command runs
 //! -> poll loop: sync pipe (mount time, setup error), pidfd (exit), signalfd
 //!    (forward, or resize the pty), pty master <-> stdio, --timeout deadline
 //! -> wait -> remove state dir, layer to the trash, let the deleter go
@@ -431,22 +432,33 @@ fn run_blocked(
             timings: Timings::default(),
         });
     }
-    let spawned = Instant::now();
-    let (pid, pidfd) = spawn::clone_container_in(flags, plan, stdio, sync_w, into_fd)
+    let spawned_at = Instant::now();
+    let spawned = spawn::spawn_container(flags, plan, stdio, sync_w, into_fd)
         .map_err(|e| Error::io("clone container process", &cfg.image_dir, e.into()))?;
+    let pid = spawned.pid;
     let waited = (|| {
-        let pidfd = pidfd
+        let pidfd = spawned
+            .pidfd
             .ok_or_else(|| Error::io("get pidfd of", &cfg.id, std::io::Error::other("none")))?;
         if let (Some(cg), Some(go)) = (cgroup, cgroup_go) {
             cg.add_process(pid)?;
             let _ = nix::unistd::write(&go, b"g");
         }
-        // While the child mounts: the deleter (holding the child's mount
-        // namespace, so its exit does not unmount), then the state.
+        // A settled child has exec'd or failed: all it had to say is there.
+        let (sync, sync_bytes, exec_at) = if spawned.settled {
+            (None, read_to_eof(&sync_r), Some(Instant::now()))
+        } else {
+            (Some(sync_r), Vec::new(), None)
+        };
+        let execed = exec_at.is_some() && spawn::parse_sync(&sync_bytes).error.is_none();
+        // The deleter holds the child's mount namespace, so the container's
+        // exit does not unmount (the deleter does, later).
         if !cfg.keep {
-            let mntns = std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
-                .ok()
-                .map(OwnedFd::from);
+            let mntns = spawned.mntns.or_else(|| {
+                std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
+                    .ok()
+                    .map(OwnedFd::from)
+            });
             cleanup.deleter = layers::Deleter::spawn(&cfg.containers_dir, mntns);
         }
         // What `runbox exec` needs to enter the container the same way.
@@ -462,19 +474,30 @@ fn run_blocked(
             created: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
             // `running` once the command was executed (see wait_loop):
             // before that its mounts and masks are not all in place.
-            status: Status::Created,
+            status: if execed {
+                Status::Running
+            } else {
+                Status::Created
+            },
             ..crate::lifecycle::state_fields(spec, cfg, dir.path(), cgroup)
         };
         dir.save(&st)?;
+        if execed {
+            cfg.lifecycle.report_running();
+        }
         wait_loop(
             cfg,
             pid,
             &pidfd,
             &sigfd,
-            sync_r,
+            Sync {
+                pipe: sync,
+                bytes: sync_bytes,
+                exec_at,
+            },
             master.as_ref(),
-            spawned,
-            Some((dir, st)),
+            spawned_at,
+            (!execed).then_some((dir, st)),
         )
     })();
     let (status, report, exec_at) = match waited {
@@ -556,6 +579,29 @@ fn mark_running(dir: &StateDir, mut st: ContainerState) -> Result<()> {
     dir.save(&st)
 }
 
+/// The sync pipe as the wait loop takes it over: still open, or already
+/// read to the end (what the child wrote, and when its exec was seen).
+struct Sync {
+    pipe: Option<OwnedFd>,
+    bytes: Vec<u8>,
+    exec_at: Option<Instant>,
+}
+
+/// Everything left on `pipe` (whose writers are all gone), capped at 64 KiB.
+fn read_to_eof(pipe: &OwnedFd) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match nix::unistd::read(pipe.as_raw_fd(), &mut buf) {
+            Ok(0) => return out,
+            Ok(n) if out.len() < 64 * 1024 => out.extend_from_slice(&buf[..n]),
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return out,
+        }
+    }
+}
+
 enum Waited {
     Status(WaitStatus),
     TimedOut,
@@ -569,15 +615,17 @@ fn wait_loop(
     pid: nix::unistd::Pid,
     pidfd: &OwnedFd,
     sigfd: &nix::sys::signalfd::SignalFd,
-    sync_r: OwnedFd,
+    sync: Sync,
     master: Option<&OwnedFd>,
     spawned: Instant,
     mut state: Option<(&StateDir, ContainerState)>,
 ) -> Result<(Waited, spawn::SyncReport, Option<Instant>)> {
     let deadline = cfg.timeout.map(|t| spawned + t);
-    let mut sync = Some(sync_r);
-    let mut sync_bytes = Vec::new();
-    let mut exec_at = None;
+    let Sync {
+        pipe: mut sync,
+        bytes: mut sync_bytes,
+        mut exec_at,
+    } = sync;
     let mut timed_out = false;
     let mut stdin_open = cfg.interactive && master.is_some();
     let stdin = std::io::stdin();

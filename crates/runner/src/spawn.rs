@@ -172,45 +172,77 @@ pub(crate) fn write_all(fd: BorrowedFd<'_>, mut buf: &[u8]) {
     }
 }
 
-/// Clones the container process. In the child this never returns: it sets
-/// up the container and execs, or reports the failure on `sync` and exits.
-pub fn clone_container(
-    flags: nix::sched::CloneFlags,
-    plan: ChildPlan,
-    stdio: Stdio,
-    sync: OwnedFd,
-) -> nix::Result<(Pid, Option<OwnedFd>)> {
-    clone_container_in(flags, plan, stdio, sync, None)
+/// The container process, as [`spawn_container`] left it.
+#[derive(Debug)]
+pub struct Spawned {
+    pub pid: Pid,
+    pub pidfd: Option<OwnedFd>,
+    /// The container's mount namespace, when the child handed it over.
+    pub mntns: Option<OwnedFd>,
+    /// The child has already exec'd (or failed and exited): everything it
+    /// reports is on the sync pipe, up to EOF.
+    pub settled: bool,
 }
 
-/// [`clone_container`] with the child born in the cgroup2 directory `cgroup`.
-pub fn clone_container_in(
+/// Starts the container process. In the child this never returns: it sets
+/// up the container and execs, or reports the failure on `sync` and exits.
+///
+/// The usual way shares runbox's memory until the exec (`CLONE_VM |
+/// CLONE_VFORK`, see `syscall::spawn_shared_into`): nothing is copied and
+/// nothing faults copy-on-write in either process, and the child hands its
+/// mount namespace over. runbox sleeps meanwhile. `--init` (PID 1 never
+/// execs) and a v1 cgroup move (the parent must act while the child waits)
+/// need the child to run beside runbox: a fork-like clone3, also the way
+/// into a cgroup2 directory (`cgroup`, `CLONE_INTO_CGROUP`).
+pub fn spawn_container(
     flags: nix::sched::CloneFlags,
     plan: ChildPlan,
     stdio: Stdio,
     sync: OwnedFd,
     cgroup: Option<BorrowedFd<'_>>,
-) -> nix::Result<(Pid, Option<OwnedFd>)> {
-    match syscall::clone_into_cgroup(flags, cgroup)? {
-        Forked::Parent { pid, pidfd } => Ok((pid, pidfd)),
-        Forked::Child => {
-            let code = match child_setup(&plan, stdio, sync.as_fd()) {
-                Ok(never) => match never {},
-                Err(e) => {
-                    // Newlines would split the message into protocol lines.
-                    let msg = format!("E{} {}\n", e.code, e.message.replace('\n', " "));
-                    write_all(sync.as_fd(), msg.as_bytes());
-                    e.code
-                }
-            };
-            syscall::exit_now(code as i32)
+) -> nix::Result<Spawned> {
+    if plan.init || plan.cgroup_wait.is_some() || cgroup.is_some() {
+        return match syscall::clone_into_cgroup(flags, cgroup)? {
+            Forked::Parent { pid, pidfd } => Ok(Spawned {
+                pid,
+                pidfd,
+                mntns: None,
+                settled: false,
+            }),
+            Forked::Child => syscall::exit_now(run_child(&plan, &stdio, sync.as_fd()) as i32),
+        };
+    }
+    let (pid, pidfd, mntns) =
+        syscall::spawn_shared_into(flags, &mut || run_child(&plan, &stdio, sync.as_fd()) as i32)?;
+    // The child is gone from our memory: its pipe end and stdio copies close here.
+    drop((sync, stdio));
+    Ok(Spawned {
+        pid,
+        pidfd: Some(pidfd),
+        mntns,
+        settled: true,
+    })
+}
+
+/// The child's side: set up and exec, or report the failure on `sync` and
+/// return the exit code. Leaves `plan` and `stdio` as they are (their
+/// memory may be runbox's, see [`spawn_container`]); what must not reach
+/// the command is close-on-exec.
+fn run_child(plan: &ChildPlan, stdio: &Stdio, sync: BorrowedFd<'_>) -> u8 {
+    match child_setup(plan, stdio, sync) {
+        Ok(never) => match never {},
+        Err(e) => {
+            // Newlines would split the message into protocol lines.
+            let msg = format!("E{} {}\n", e.code, e.message.replace('\n', " "));
+            write_all(sync, msg.as_bytes());
+            e.code
         }
     }
 }
 
 pub(crate) enum Never {}
 
-fn child_setup(plan: &ChildPlan, stdio: Stdio, sync: BorrowedFd<'_>) -> Result<Never, ChildError> {
+fn child_setup(plan: &ChildPlan, stdio: &Stdio, sync: BorrowedFd<'_>) -> Result<Never, ChildError> {
     // Die with runbox: nothing may outlive a SIGKILLed parent.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(fail("spawn", "set parent-death signal"))?;
@@ -228,7 +260,7 @@ fn child_setup(plan: &ChildPlan, stdio: Stdio, sync: BorrowedFd<'_>) -> Result<N
     if plan.loopback {
         syscall::loopback_up().map_err(fail("network", "bring up `lo`"))?;
     }
-    match &stdio {
+    match stdio {
         Stdio::Inherit {
             null_stdin: Some(null),
         } => {
@@ -243,7 +275,7 @@ fn child_setup(plan: &ChildPlan, stdio: Stdio, sync: BorrowedFd<'_>) -> Result<N
         // container once, forwarded by runbox (as docker's sig-proxy does).
         nix::unistd::setsid().map_err(fail("spawn", "start a new session"))?;
     }
-    drop(stdio);
+    // The stdio fds are close-on-exec: not closed here (see run_child).
     for (res, soft, hard) in &plan.rlimits {
         nix::sys::resource::setrlimit(*res, *soft, *hard)
             .map_err(fail("spawn", format_args!("set {res:?}")))?;

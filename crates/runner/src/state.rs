@@ -21,9 +21,11 @@
 //!
 //! `state.json` is replaced atomically (write a temporary file, rename).
 //!
-//! A directory whose lock can be taken while its status says `running` was
-//! left by a runbox that died (SIGKILL): [`reap_stale`] removes it together
-//! with its writable layer (see `layers`).
+//! A state directory is made as `.new-<id>`, locked, and only then renamed
+//! to `<id>`: a `<id>` directory whose lock can be taken was left by a
+//! runbox that died (SIGKILL), whatever its state.json says (or lacks).
+//! [`reap_stale`] removes it together with its writable layer (see
+//! `layers`).
 
 use std::fs::File;
 use std::io::Write;
@@ -35,6 +37,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::layers;
+
+/// Name prefix of a state directory being made (see [`StateDir::create`]).
+const NEW_PREFIX: &str = ".new-";
+
+/// Modified more than a minute ago.
+fn is_old(path: &Path) -> bool {
+    std::fs::symlink_metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > std::time::Duration::from_secs(60))
+}
 
 /// Largest state.json we read back (it is a few hundred bytes).
 const MAX_STATE_JSON: u64 = 64 * 1024;
@@ -101,20 +115,31 @@ pub struct StateDir {
 impl StateDir {
     /// Creates and locks `<root>/<id>`.
     pub fn create(root: &Path, id: &str) -> Result<StateDir> {
+        use nix::fcntl::{renameat2, RenameFlags};
         std::fs::create_dir_all(root).map_err(|e| Error::io("create state directory", root, e))?;
+        // Made and locked under a name scanners skip, then renamed into
+        // place: a `<id>` directory whose lock is free has no live owner.
         let path = root.join(id);
-        std::fs::create_dir(&path).map_err(|e| Error::io("create state directory", &path, e))?;
-        let dir = File::open(&path).map_err(|e| Error::io("open state directory", &path, e))?;
-        // Blocking: another runbox's reaper may hold the fresh directory for
-        // a moment (it leaves a directory without state.json alone).
-        let lock = match Flock::lock(dir, FlockArg::LockExclusive) {
-            Ok(lock) => lock,
-            Err((_, e)) => {
-                let _ = std::fs::remove_dir(&path);
-                return Err(Error::io("lock state directory", &path, e.into()));
+        let fresh = root.join(format!("{NEW_PREFIX}{id}"));
+        std::fs::create_dir(&fresh).map_err(|e| Error::io("create state directory", &path, e))?;
+        let locked = File::open(&fresh)
+            .map_err(|e| Error::io("open state directory", &path, e))
+            .and_then(|dir| {
+                Flock::lock(dir, FlockArg::LockExclusiveNonblock)
+                    .map_err(|(_, e)| Error::io("lock state directory", &path, e.into()))
+            })
+            .and_then(|lock| {
+                renameat2(None, &fresh, None, &path, RenameFlags::RENAME_NOREPLACE)
+                    .map_err(|e| Error::io("create state directory", &path, e.into()))?;
+                Ok(lock)
+            });
+        match locked {
+            Ok(lock) => Ok(StateDir { path, _lock: lock }),
+            Err(e) => {
+                let _ = std::fs::remove_dir(&fresh);
+                Err(e)
             }
-        };
-        Ok(StateDir { path, _lock: lock })
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -209,8 +234,17 @@ pub fn reap_stale(state_root: &Path, containers_dir: &Path) -> Vec<String> {
     let mut reaped = Vec::new();
     if let Ok(entries) = std::fs::read_dir(state_root) {
         for entry in entries.flatten() {
-            // `.names/` and other bookkeeping, never a container.
+            // `.names/` and other bookkeeping, never a container; a state
+            // dir being made (`.new-<id>`) is only debris once it is old.
             if entry.file_name().as_encoded_bytes().starts_with(b".") {
+                if entry
+                    .file_name()
+                    .as_encoded_bytes()
+                    .starts_with(NEW_PREFIX.as_bytes())
+                    && is_old(&entry.path())
+                {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
                 continue;
             }
             let path = entry.path();
@@ -249,13 +283,10 @@ pub fn reap_stale(state_root: &Path, containers_dir: &Path) -> Vec<String> {
                     }
                     true
                 }
-                // No state.json: died between mkdir and the first save, or
-                // a run that is starting right now (mkdir before flock).
-                Err(_) => std::fs::metadata(&path)
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| t.elapsed().ok())
-                    .is_some_and(|age| age > std::time::Duration::from_secs(60)),
+                // No (complete) state.json: its runbox died before saving
+                // it. Directories appear already locked (see
+                // StateDir::create), so a free lock means a dead owner.
+                Err(_) => true,
             };
             if stale {
                 let id = entry.file_name().to_string_lossy().into_owned();
@@ -333,7 +364,14 @@ mod tests {
             }
         }
         let live = StateDir::create(&root, "live").unwrap();
-        assert_eq!(reap_stale(&root, &layers), vec!["dead".to_string()]);
+        // Died before its first save; another is being made right now.
+        std::fs::create_dir(root.join("unsaved")).unwrap();
+        std::fs::create_dir(root.join(".new-starting")).unwrap();
+        let mut reaped = reap_stale(&root, &layers);
+        reaped.sort();
+        assert_eq!(reaped, ["dead", "unsaved"]);
+        assert!(root.join(".new-starting").exists());
+        assert!(!root.join(".new-live").exists(), "renamed into place");
         assert!(!root.join("dead").exists() && !layers.join("dead").exists());
         // The trash is emptied by a detached process: wait for it (bounded).
         for _ in 0..500 {

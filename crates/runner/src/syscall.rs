@@ -439,33 +439,121 @@ pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, signal: i32) -> nix::Result<()> 
 /// the caller owns, and it runs in the caller's thread context: the caller
 /// must be single-threaded with the signals it cares about blocked.
 pub fn spawn_shared(child: &mut dyn FnMut() -> i32) -> nix::Result<(Pid, OwnedFd)> {
-    extern "C" fn trampoline(arg: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: `arg` is the `&mut &mut dyn FnMut` passed below, alive
-        // because the parent is suspended until the child execs or exits.
-        let child = unsafe { &mut *(arg as *mut &mut dyn FnMut() -> i32) };
-        exit_now(child())
+    let (pid, pidfd, _) = spawn_shared_into(CloneFlags::empty(), child)?;
+    Ok((pid, pidfd))
+}
+
+/// [`spawn_shared`] into new `namespaces`. With a new mount namespace, the
+/// child first opens it in the descriptor table it still shares with the
+/// caller (`CLONE_FILES`), then takes a private copy of the table before
+/// running `child`: the caller gets that namespace back (the third value),
+/// so it can keep the container's mounts alive after its exit.
+pub fn spawn_shared_into(
+    namespaces: CloneFlags,
+    child: &mut dyn FnMut() -> i32,
+) -> nix::Result<(Pid, OwnedFd, Option<OwnedFd>)> {
+    struct Arg<'a> {
+        child: &'a mut dyn FnMut() -> i32,
+        share_ns: bool,
+        mntns: RawFd,
     }
-    const STACK: usize = 256 * 1024;
-    let mut stack = vec![0u128; STACK / 16];
+    extern "C" fn trampoline(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the `Arg` passed below, alive because the parent
+        // is suspended until the child execs or exits.
+        let arg = unsafe { &mut *(arg as *mut Arg<'_>) };
+        if arg.share_ns {
+            // SAFETY: open with a NUL-terminated literal path.
+            arg.mntns = unsafe {
+                libc::open(
+                    c"/proc/self/ns/mnt".as_ptr(),
+                    libc::O_RDONLY | libc::O_CLOEXEC,
+                )
+            };
+            // SAFETY: unshare with a flag argument only.
+            if unsafe { libc::unshare(libc::CLONE_FILES) } != 0 {
+                // The caller's table must not change under it: give up.
+                exit_now(crate::spawn::EXIT_RUNBOX as i32);
+            }
+        }
+        exit_now((arg.child)())
+    }
+    let stack = SharedStack::new()?;
     let mut pidfd: libc::c_int = -1;
-    let mut arg: &mut dyn FnMut() -> i32 = child;
+    let share_ns = namespaces.contains(CloneFlags::CLONE_NEWNS);
+    let mut arg = Arg {
+        child,
+        share_ns,
+        mntns: -1,
+    };
+    let files = if share_ns { libc::CLONE_FILES } else { 0 };
     // SAFETY: the stack is ours and outlives the child's use of it (CLONE_VFORK
     // returns only after the child exec'd or exited); its top is 16-aligned.
     // CLONE_PIDFD stores the pidfd through the parent_tid argument.
     let ret = unsafe {
-        let top = stack.as_mut_ptr().add(stack.len()) as *mut libc::c_void;
         libc::clone(
             trampoline,
-            top,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
-            &mut arg as *mut &mut dyn FnMut() -> i32 as *mut libc::c_void,
+            stack.top(),
+            namespaces.bits()
+                | files
+                | libc::CLONE_VM
+                | libc::CLONE_VFORK
+                | libc::CLONE_PIDFD
+                | libc::SIGCHLD,
+            &mut arg as *mut Arg<'_> as *mut libc::c_void,
             &mut pidfd as *mut libc::c_int,
         )
     };
     drop(stack);
     let pid = Errno::result(ret)?;
-    // SAFETY: the kernel stored a fresh pidfd we now own.
-    Ok((Pid::from_raw(pid), unsafe { OwnedFd::from_raw_fd(pidfd) }))
+    // SAFETY: the kernel stored a fresh pidfd we now own, and the child
+    // opened `mntns` (if >= 0) in our shared table, for us.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let mntns = (arg.mntns >= 0).then(|| unsafe { OwnedFd::from_raw_fd(arg.mntns) });
+    Ok((Pid::from_raw(pid), pidfd, mntns))
+}
+
+/// The stack of a [`spawn_shared`] child: 1 MiB with a guard page below,
+/// so an overflow faults instead of writing over runbox's memory.
+struct SharedStack {
+    base: std::ptr::NonNull<libc::c_void>,
+    len: usize,
+}
+
+impl SharedStack {
+    const LEN: usize = 1024 * 1024;
+    const GUARD: usize = 4096;
+
+    fn new() -> nix::Result<SharedStack> {
+        use nix::sys::mman::{mmap_anonymous, mprotect, MapFlags, ProtFlags};
+        let len = std::num::NonZeroUsize::new(Self::LEN + Self::GUARD).expect("non-zero");
+        // SAFETY: a fresh private anonymous mapping, no existing memory involved.
+        let base = unsafe {
+            mmap_anonymous(
+                None,
+                len,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_PRIVATE | MapFlags::MAP_STACK,
+            )
+        }?;
+        // SAFETY: the lowest page of the mapping made above.
+        unsafe { mprotect(base, Self::GUARD, ProtFlags::PROT_NONE) }?;
+        Ok(SharedStack {
+            base,
+            len: len.get(),
+        })
+    }
+
+    fn top(&self) -> *mut libc::c_void {
+        // SAFETY: one past the end of the mapping, 16-aligned (page-aligned length).
+        unsafe { self.base.as_ptr().byte_add(self.len) }
+    }
+}
+
+impl Drop for SharedStack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, no longer used (the child exec'd or exited).
+        let _ = unsafe { nix::sys::mman::munmap(self.base, self.len) };
+    }
 }
 
 /// Restores the default SIGPIPE action (Rust ignores it), so that a command
