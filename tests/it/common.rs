@@ -69,6 +69,26 @@ impl TestEnv {
             .arg(self.state());
         c
     }
+    /// The entries of the state dir once runbox's background deleters are
+    /// done: a finished run renames its state dir to `.trash-<id>` and its
+    /// deleter removes it a moment later. Waits (bounded) for that.
+    pub fn state_entries(&self) -> Vec<std::ffi::OsString> {
+        let list = || -> Vec<std::ffi::OsString> {
+            std::fs::read_dir(self.state())
+                .map(|d| d.flatten().map(|e| e.file_name()).collect())
+                .unwrap_or_default()
+        };
+        for _ in 0..250 {
+            if !list()
+                .iter()
+                .any(|n| n.as_encoded_bytes().starts_with(b".trash-"))
+            {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        list()
+    }
     pub fn run(&self, args: &[&str]) -> Output {
         self.cmd().args(args).output().expect("spawn runbox")
     }

@@ -71,7 +71,11 @@ impl Ctr {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(entries) = std::fs::read_dir(self.env.state()) {
-                for e in entries.flatten() {
+                // Dot entries are runbox's bookkeeping (`.new-`, `.trash-`).
+                for e in entries
+                    .flatten()
+                    .filter(|e| !e.file_name().as_encoded_bytes().starts_with(b"."))
+                {
                     let Ok(text) = std::fs::read_to_string(e.path().join("state.json")) else {
                         continue;
                     };

@@ -151,9 +151,7 @@ impl Drop for Lbox {
             .map(str::to_string)
             .collect();
         assert!(mounts.is_empty(), "mounts leaked: {mounts:?}");
-        let state: Vec<_> = std::fs::read_dir(self.env.state())
-            .map(|d| d.flatten().map(|e| e.file_name()).collect())
-            .unwrap_or_default();
+        let state = self.env.state_entries();
         assert!(state.is_empty(), "state left behind: {state:?}");
         for id in &self.ids {
             assert_eq!(cgroup_dirs(id), Vec::<PathBuf>::new(), "cgroup leaked");
@@ -455,8 +453,9 @@ fn cgroup_of_a_sigkilled_runbox_is_reaped_by_the_next_run() {
             .flatten()
             .flatten()
             .find(|e| {
-                std::fs::read_to_string(e.path().join("state.json"))
-                    .is_ok_and(|s| s.contains("\"running\""))
+                !e.file_name().as_encoded_bytes().starts_with(b".")
+                    && std::fs::read_to_string(e.path().join("state.json"))
+                        .is_ok_and(|s| s.contains("\"running\""))
             });
         if let Some(e) = running {
             break e.file_name().to_string_lossy().into_owned();

@@ -87,9 +87,7 @@ impl Drop for Box {
             Vec::<String>::new(),
             "mounts leaked on the host"
         );
-        let state: Vec<_> = std::fs::read_dir(self.env.state())
-            .map(|d| d.flatten().collect())
-            .unwrap_or_default();
+        let state = self.env.state_entries();
         assert!(state.is_empty(), "state left behind: {state:?}");
         // Writable layers are deleted by a detached process: wait for it (bounded).
         let mut layers: Vec<_> = Vec::new();
@@ -508,10 +506,11 @@ fn keep_leaves_a_stopped_container() {
     };
     let o = b.run(&["--keep", "sh", "-c", "echo kept > /marker; exit 4"]);
     assert_eq!(code(&o), 4, "{}", stderr(&o));
-    let dirs: Vec<PathBuf> = std::fs::read_dir(b.env.state())
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
+    let dirs: Vec<PathBuf> = b
+        .env
+        .state_entries()
+        .into_iter()
+        .map(|n| b.env.state().join(n))
         .collect();
     assert_eq!(dirs.len(), 1);
     let state: serde_json::Value =
@@ -557,7 +556,7 @@ fn debris_of_a_killed_runbox_is_reaped_by_the_next_run() {
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(
-        std::fs::read_dir(b.env.state()).unwrap().count(),
+        b.env.state_entries().len(),
         1,
         "the killed run left its state"
     );

@@ -131,7 +131,12 @@ impl Cleanup<'_> {
         }
         if let Some(dir) = self.state.take() {
             if !self.cfg.keep {
-                first = first.and(dir.remove());
+                // With a deleter to finish the job, one rename here.
+                first = first.and(if self.deleter.is_some() {
+                    dir.discard()
+                } else {
+                    dir.remove()
+                });
             }
         }
         if self.layer && !self.cfg.keep {
@@ -451,20 +456,6 @@ fn run_blocked(
             (Some(sync_r), Vec::new(), None)
         };
         let execed = exec_at.is_some() && spawn::parse_sync(&sync_bytes).error.is_none();
-        // The deleter holds the child's mount namespace, so the container's
-        // exit does not unmount (the deleter does, later).
-        if !cfg.keep {
-            let mntns = spawned.mntns.or_else(|| {
-                std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
-                    .ok()
-                    .map(OwnedFd::from)
-            });
-            cleanup.deleter = layers::Deleter::spawn(&cfg.containers_dir, mntns);
-        }
-        // What `runbox exec` needs to enter the container the same way.
-        let config =
-            serde_json::to_vec(spec).map_err(|e| Error::io("encode", "config.json", e.into()))?;
-        dir.write_file(crate::exec::CONFIG_JSON, &config)?;
         let st = ContainerState {
             id: cfg.id.clone(),
             pid: pid.as_raw(),
@@ -481,7 +472,41 @@ fn run_blocked(
             },
             ..crate::lifecycle::state_fields(spec, cfg, dir.path(), cgroup)
         };
-        dir.save(&st)?;
+        // What `runbox exec` needs to enter the container the same way,
+        // then the state that makes it visible.
+        let write_state = || -> Result<()> {
+            let config = serde_json::to_vec(spec)
+                .map_err(|e| Error::io("encode", "config.json", e.into()))?;
+            dir.write_file(crate::exec::CONFIG_JSON, &config)?;
+            dir.save(&st)
+        };
+        // The deleter holds the child's mount namespace, so the container's
+        // exit does not unmount (the deleter does, later). Once the command
+        // runs, its state is final: the deleter writes it, beside runbox,
+        // while the command runs.
+        let mut written = false;
+        if !cfg.keep {
+            let mntns = spawned.mntns.or_else(|| {
+                std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
+                    .ok()
+                    .map(OwnedFd::from)
+            });
+            let mut first = || {
+                if execed {
+                    let _ = write_state();
+                }
+            };
+            cleanup.deleter = layers::Deleter::spawn_with(
+                &cfg.containers_dir,
+                Some(&cfg.state_root),
+                mntns,
+                &mut first,
+            );
+            written = execed && cleanup.deleter.is_some();
+        }
+        if !written {
+            write_state()?;
+        }
         if execed {
             cfg.lifecycle.report_running();
         }

@@ -273,7 +273,9 @@ fn open_target(state_root: &Path, id: &str) -> Result<Target> {
         std::thread::sleep(Duration::from_millis(1));
         st = crate::lifecycle::load(state_root, id)?;
     }
-    let Some(pidfd) = crate::lifecycle::open_pid1(&st) else {
+    // Still setting up after SETUP_WAIT: not enterable (yet).
+    let running = st.status == crate::state::Status::Running;
+    let Some(pidfd) = crate::lifecycle::open_pid1(&st).filter(|_| running) else {
         return Err(Error::NotRunning {
             id: id[..id.len().min(12)].to_string(),
         });

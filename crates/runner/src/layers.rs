@@ -55,6 +55,19 @@ impl Deleter {
     /// blocked for life: a ^C aimed at runbox's process group must not stop
     /// it) and single-threaded, as for any fork.
     pub fn spawn(containers_dir: &Path, hold: Option<OwnedFd>) -> Option<Deleter> {
+        Self::spawn_with(containers_dir, None, hold, &mut || {})
+    }
+
+    /// [`Deleter::spawn`] that first runs `first` (in the deleter, beside
+    /// runbox: writing the container's state files, say) and, once let go,
+    /// also deletes the `.trash-*` dirs of `state_root` (state dirs runbox
+    /// renamed there instead of deleting them itself).
+    pub fn spawn_with(
+        containers_dir: &Path,
+        state_root: Option<&Path>,
+        hold: Option<OwnedFd>,
+        first: &mut dyn FnMut(),
+    ) -> Option<Deleter> {
         let (go_r, go_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
         match syscall::fork() {
             Ok(Forked::Child) => {
@@ -62,6 +75,7 @@ impl Deleter {
                 let mut keep = vec![go_r.as_raw_fd()];
                 keep.extend(hold.as_ref().map(|h| h.as_raw_fd()));
                 detach_from_caller(&keep);
+                first();
                 let mut byte = [0u8; 1];
                 // Returns on EOF: runbox let go (or died).
                 while let Err(nix::errno::Errno::EINTR) =
@@ -69,6 +83,9 @@ impl Deleter {
                 {}
                 // The last reference: the container's mounts go away here.
                 drop(hold);
+                if let Some(root) = state_root {
+                    remove_trash(root);
+                }
                 empty_trash(containers_dir);
                 syscall::exit_now(0)
             }
@@ -149,6 +166,21 @@ pub fn empty_trash_in_background(containers_dir: &Path) -> bool {
     }
     // Dropped: it starts at once.
     deleter.is_some()
+}
+
+/// Deletes the `.trash-*` dirs of `dir`.
+pub fn remove_trash(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry
+                .file_name()
+                .as_encoded_bytes()
+                .starts_with(TRASH_PREFIX.as_bytes())
+            {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
 }
 
 /// Empties the trash, then leaves one spare writable layer for the next run.

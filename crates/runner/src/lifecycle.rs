@@ -307,9 +307,11 @@ pub fn load(root: &Path, id: &str) -> Result<ContainerState> {
 }
 
 /// A pidfd for the container's PID 1, verified against the recorded start
-/// time; `None` when it is no longer running.
+/// time; `None` when it is no longer running. A `created` container (still
+/// setting up, for a moment) has its PID 1 too: stop, kill and rm -f reach
+/// it (a signal other than SIGKILL waits, blocked, until its exec).
 pub fn open_pid1(st: &ContainerState) -> Option<OwnedFd> {
-    if st.pid <= 0 || st.status != Status::Running {
+    if st.pid <= 0 || st.status == Status::Stopped {
         return None;
     }
     let fd = syscall::pidfd_open(Pid::from_raw(st.pid)).ok()?;
@@ -599,6 +601,12 @@ mod tests {
             ..ContainerState::default()
         };
         assert!(open_pid1(&st).is_some());
+        // Setting up: stop and kill reach it; stopped: nothing to reach.
+        st.status = Status::Created;
+        assert!(open_pid1(&st).is_some());
+        st.status = Status::Stopped;
+        assert!(open_pid1(&st).is_none());
+        st.status = Status::Running;
         st.pid_start_time = start + 1;
         assert!(
             open_pid1(&st).is_none(),

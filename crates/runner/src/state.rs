@@ -185,6 +185,20 @@ impl StateDir {
             .map_err(|e| Error::io("mark stopped", &self.path, e))
     }
 
+    /// Renames the directory to `<root>/.trash-<id>` (scanners skip it) for
+    /// a deleter to remove (see `layers::Deleter::spawn_with`), and releases
+    /// the lock. Deletes it at once when the rename fails.
+    pub fn discard(self) -> Result<()> {
+        let name = self.path.file_name().unwrap_or_default().to_string_lossy();
+        let trash = self
+            .path
+            .with_file_name(format!("{}{name}", crate::layers::TRASH_PREFIX));
+        match std::fs::rename(&self.path, &trash) {
+            Ok(()) => Ok(()),
+            Err(_) => self.remove(),
+        }
+    }
+
     /// Deletes the directory (and releases the lock).
     pub fn remove(self) -> Result<()> {
         std::fs::remove_dir_all(&self.path)
@@ -235,12 +249,13 @@ pub fn reap_stale(state_root: &Path, containers_dir: &Path) -> Vec<String> {
     if let Ok(entries) = std::fs::read_dir(state_root) {
         for entry in entries.flatten() {
             // `.names/` and other bookkeeping, never a container; a state
-            // dir being made (`.new-<id>`) is only debris once it is old.
-            if entry.file_name().as_encoded_bytes().starts_with(b".") {
-                if entry
-                    .file_name()
-                    .as_encoded_bytes()
-                    .starts_with(NEW_PREFIX.as_bytes())
+            // dir being made (`.new-<id>`) or deleted by a deleter
+            // (`.trash-<id>`) is only debris once it is old.
+            let name = entry.file_name();
+            let name = name.as_encoded_bytes();
+            if name.starts_with(b".") {
+                if (name.starts_with(NEW_PREFIX.as_bytes())
+                    || name.starts_with(layers::TRASH_PREFIX.as_bytes()))
                     && is_old(&entry.path())
                 {
                     let _ = std::fs::remove_dir_all(entry.path());
