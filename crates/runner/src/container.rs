@@ -780,9 +780,12 @@ fn drain_master(master: &OwnedFd, stdout: &std::io::Stdout, buf: &mut [u8]) {
 
 /// A fresh random container id (64 hex digits, like docker's).
 pub fn new_id() -> String {
-    use rand::RngCore;
     let mut bytes = [0u8; 32];
-    rand::thread_rng().fill_bytes(&mut bytes);
+    if crate::syscall::random_bytes(&mut bytes).is_err() {
+        // A kernel without getrandom(2).
+        use rand::RngCore;
+        rand::thread_rng().fill_bytes(&mut bytes);
+    }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -569,3 +569,21 @@ pub fn default_sigpipe() {
         )
     };
 }
+
+/// Fills `buf` from the kernel's random pool (getrandom(2)), blocking only
+/// until the pool is initialized at boot. Cheaper at startup than a seeded
+/// userspace generator, which a `runbox run` would build for one id.
+pub fn random_bytes(buf: &mut [u8]) -> nix::Result<()> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let rest = &mut buf[filled..];
+        // SAFETY: getrandom writes at most `rest.len()` bytes into `rest`.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        match Errno::result(n) {
+            Ok(n) => filled += n as usize,
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
