@@ -3,6 +3,7 @@
 //! (125 runbox failed, 126 not executable, 127 not found, 124 timeout,
 //! 128+N killed by signal N).
 
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -156,6 +157,7 @@ pub fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
         timeout: opts.timeout,
         keep: life.keep(opts.keep),
         lifecycle: life.extras(),
+        image_pin: _pin.as_ref().map(|p| p.as_raw_fd()),
     };
     let _name = life.claim_name(&global.state, &cfg.id, cfg.keep)?;
     if life.detach {

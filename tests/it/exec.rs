@@ -540,3 +540,34 @@ fn exec_right_after_start_sees_the_container_root() {
         );
     }
 }
+
+#[test]
+fn exec_by_name_right_after_the_run_started_waits_for_it() {
+    if !require_root("exec_by_name_right_after_the_run_started_waits_for_it") {
+        return;
+    }
+    let env = TestEnv::new();
+    let image = image();
+    let mut run = env
+        .cmd()
+        .args(["run", "--name", "early", "--entrypoint", "", &image])
+        .args(["sleep", "1000"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // As soon as the name is claimed (before the container is set up, and
+    // before its state is written): exec must wait for it, not fail.
+    let name = env.state().join(".names/early");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !name.exists() {
+        assert!(Instant::now() < deadline, "the name was never claimed");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let o = env.run(&["exec", "early", "cat", "/etc/hostname"]);
+    let _ = env.run(&["rm", "-f", "early"]);
+    let _ = run.wait();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(!stdout(&o).is_empty());
+}

@@ -588,3 +588,43 @@ fn timings_are_reported_as_text_or_json() {
         assert!(err.contains(&format!("{k} ")), "{err}");
     }
 }
+
+#[test]
+fn a_volume_is_released_when_the_run_ends() {
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    let Some(b) = Box::new("a_volume_is_released_when_the_run_ends") else {
+        return;
+    };
+    // A mount of its own, as a USB stick or a CI cache volume would be.
+    let src = b.env.dir.path().join("stick");
+    std::fs::create_dir_all(&src).unwrap();
+    nix::mount::mount(
+        Some("tmpfs"),
+        &src,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some("size=1m"),
+    )
+    .unwrap();
+    // IN_UNMOUNT comes when the filesystem itself goes: when the last mount
+    // of it, in any mount namespace, is gone.
+    let watch = Inotify::init(InitFlags::IN_NONBLOCK).unwrap();
+    watch.add_watch(&src, AddWatchFlags::IN_OPEN).unwrap();
+    let vol = format!("{}:/stick", src.display());
+    let o = b.run(&["-v", &vol, "sh", "-c", "echo data > /stick/f"]);
+    let umounted = nix::mount::umount(&src);
+    if umounted.is_err() {
+        let _ = nix::mount::umount2(&src, nix::mount::MntFlags::MNT_DETACH);
+    }
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(umounted, Ok(()));
+    let gone = watch
+        .read_events()
+        .unwrap_or_default()
+        .iter()
+        .any(|e| e.mask.contains(AddWatchFlags::IN_UNMOUNT));
+    assert!(
+        gone,
+        "the volume's filesystem is still mounted somewhere after the run ended"
+    );
+}

@@ -64,6 +64,9 @@ pub struct ContainerConfig {
     pub keep: bool,
     /// Name, resource limits, detached logging and readiness report.
     pub lifecycle: crate::lifecycle::RunExtras,
+    /// The image pin's descriptor (a shared flock on the image): a deleter
+    /// holds a copy until the container's overlay on the image is gone.
+    pub image_pin: Option<std::os::fd::RawFd>,
 }
 
 /// How the container ended.
@@ -129,16 +132,8 @@ impl Cleanup<'_> {
         if let Some(cgroup) = self.cgroup.take() {
             first = cgroup.remove();
         }
-        if let Some(dir) = self.state.take() {
-            if !self.cfg.keep {
-                // With a deleter to finish the job, one rename here.
-                first = first.and(if self.deleter.is_some() {
-                    dir.discard()
-                } else {
-                    dir.remove()
-                });
-            }
-        }
+        // The layer first: a layer without a state dir would be found by
+        // nothing if runbox died in between.
         if self.layer && !self.cfg.keep {
             self.layer = false;
             let dir = &self.cfg.containers_dir;
@@ -150,6 +145,16 @@ impl Cleanup<'_> {
                 }
                 Ok(_) => {}
                 Err(e) => first = first.and(Err(e)),
+            }
+        }
+        if let Some(dir) = self.state.take() {
+            if !self.cfg.keep {
+                // With a deleter to finish the job, one rename here.
+                first = first.and(if self.deleter.is_some() {
+                    dir.discard()
+                } else {
+                    dir.remove()
+                });
             }
         }
         // Let it go even when the layer could not be moved: it still
@@ -252,6 +257,7 @@ fn child_plan(
         init: cfg.init,
         sigmask: nix::sys::signal::SigSet::empty(),
         cgroup_wait: None,
+        exec_reached: Default::default(),
     })
 }
 
@@ -309,14 +315,18 @@ pub fn run(spec: &Spec, cfg: &ContainerConfig) -> Result<RunReport> {
     Ok(report)
 }
 
-/// A signal that ends runbox by default, if one is pending on `sigfd`.
-fn pending_termination(sigfd: &nix::sys::signalfd::SignalFd) -> Option<Signal> {
-    signals::drain(sigfd).into_iter().find(|s| {
-        matches!(
-            s,
-            Signal::SIGINT | Signal::SIGTERM | Signal::SIGHUP | Signal::SIGQUIT
-        )
-    })
+/// A pending signal that ends runbox by default, if any. Looked at, not
+/// taken: the others (SIGWINCH, SIGUSR1...) stay for the wait loop.
+fn pending_termination() -> Option<Signal> {
+    let pending = crate::syscall::pending_signals().ok()?;
+    [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ]
+    .into_iter()
+    .find(|s| pending.contains(*s))
 }
 
 fn run_blocked(
@@ -430,13 +440,21 @@ fn run_blocked(
         _ => None,
     };
     // The last moment to give up without a container to kill.
-    if let Some(sig) = pending_termination(&sigfd) {
+    if let Some(sig) = pending_termination() {
         return Ok(RunReport {
             exit: Exit::Signaled(sig as i32),
             oom_killed: false,
             timings: Timings::default(),
         });
     }
+    // Host paths bound into the container (volumes, the console) must not
+    // stay mounted once runbox has exited: an `umount` of their source would
+    // fail with EBUSY. The deleter then does not hold the namespace.
+    let host_binds = plan
+        .mounts
+        .steps
+        .iter()
+        .any(|s| matches!(s, rootfs::Step::Bind { .. }));
     let spawned_at = Instant::now();
     let spawned = spawn::spawn_container(flags, plan, stdio, sync_w, into_fd)
         .map_err(|e| Error::io("clone container process", &cfg.image_dir, e.into()))?;
@@ -451,7 +469,18 @@ fn run_blocked(
         }
         // A settled child has exec'd or failed: all it had to say is there.
         let (sync, sync_bytes, exec_at) = if spawned.settled {
-            (None, read_to_eof(&sync_r), Some(Instant::now()))
+            let mut bytes = read_to_eof(&sync_r);
+            if !spawned.exec_reached && spawn::parse_sync(&bytes).error.is_none() {
+                // Died before reaching its exec without a word (a signal).
+                bytes.extend_from_slice(
+                    format!(
+                        "E{} spawn: the container process died during setup\n",
+                        spawn::EXIT_RUNBOX
+                    )
+                    .as_bytes(),
+                );
+            }
+            (None, bytes, Some(Instant::now()))
         } else {
             (Some(sync_r), Vec::new(), None)
         };
@@ -481,28 +510,42 @@ fn run_blocked(
             dir.save(&st)
         };
         // The deleter holds the child's mount namespace, so the container's
-        // exit does not unmount (the deleter does, later). Once the command
-        // runs, its state is final: the deleter writes it, beside runbox,
-        // while the command runs.
+        // exit does not unmount (the deleter does, later), and the image
+        // pin until then. Once the command runs, its state is final: the
+        // deleter writes it, beside runbox, while the command runs (unless
+        // `run -d` waits to report it).
         let mut written = false;
         if !cfg.keep {
-            let mntns = spawned.mntns.or_else(|| {
-                std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
-                    .ok()
-                    .map(OwnedFd::from)
-            });
-            let mut first = || {
-                if execed {
-                    let _ = write_state();
-                }
-            };
-            cleanup.deleter = layers::Deleter::spawn_with(
-                &cfg.containers_dir,
-                Some(&cfg.state_root),
-                mntns,
-                &mut first,
+            let mut hold = Vec::new();
+            if !host_binds {
+                hold.extend(spawned.mntns.or_else(|| {
+                    std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
+                        .ok()
+                        .map(OwnedFd::from)
+                }));
+            }
+            hold.extend(
+                cfg.image_pin
+                    .and_then(|fd| crate::syscall::dup_above(fd, 3)),
             );
-            written = execed && cleanup.deleter.is_some();
+            let background = execed && cfg.lifecycle.ready.is_none();
+            let mut first = || match write_state() {
+                // The run ended first: its state dir went to the trash.
+                Err(_) if !dir.path().exists() => Ok(()),
+                r => r.map_err(|e| format!("container {}: {e}", &cfg.id[..12])),
+            };
+            cleanup.deleter = layers::Deleter::spawn(
+                &cfg.containers_dir,
+                layers::DeleterPlan {
+                    hold,
+                    first: background.then_some(
+                        &mut first as &mut dyn FnMut() -> std::result::Result<(), String>,
+                    ),
+                    victim: Some(pidfd.as_fd()),
+                    state_root: Some(&cfg.state_root),
+                },
+            );
+            written = background && cleanup.deleter.is_some();
         }
         if !written {
             write_state()?;

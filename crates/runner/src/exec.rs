@@ -251,6 +251,7 @@ fn child_plan(
         sigmask: nix::sys::signal::SigSet::empty(),
         // The exec joins the cgroup itself, first thing in the child.
         cgroup_wait: None,
+        exec_reached: Default::default(),
     })
 }
 
@@ -263,17 +264,8 @@ struct Target {
 }
 
 fn open_target(state_root: &Path, id: &str) -> Result<Target> {
-    let mut st = crate::lifecycle::load(state_root, id)?;
-    // Just cloned: `run` marks it running once the command was executed.
-    let started = Instant::now();
-    while st.status == crate::state::Status::Created
-        && crate::state::is_alive(&st)
-        && started.elapsed() < SETUP_WAIT
-    {
-        std::thread::sleep(Duration::from_millis(1));
-        st = crate::lifecycle::load(state_root, id)?;
-    }
-    // Still setting up after SETUP_WAIT: not enterable (yet).
+    let st = crate::lifecycle::load_started(state_root, id)?;
+    // Still setting up after the wait: not enterable (yet).
     let running = st.status == crate::state::Status::Running;
     let Some(pidfd) = crate::lifecycle::open_pid1(&st).filter(|_| running) else {
         return Err(Error::NotRunning {
@@ -289,8 +281,7 @@ fn open_target(state_root: &Path, id: &str) -> Result<Target> {
     })
 }
 
-/// How long an exec waits for a container that is still being set up.
-const SETUP_WAIT: Duration = Duration::from_secs(2);
+use crate::lifecycle::SETUP_WAIT;
 
 /// Waits until PID 1 has left the host's root (pivot_root done): `run`
 /// records the pid right after its clone, and an exec that joined the mount

@@ -23,7 +23,7 @@
 //! would cost a create there, a mountpoint made through the overlay (a
 //! copy-up of /etc first) and two mount calls on every start.
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -45,44 +45,77 @@ pub struct Deleter {
     _go: OwnedFd,
 }
 
+/// What a [`Deleter`] holds and does besides emptying the trash.
+#[derive(Default)]
+pub struct DeleterPlan<'a> {
+    /// Kept open until the deleter is let go, then closed in this order:
+    /// the container's mount namespace (its last reference: the mounts go
+    /// away there, not in the container's exit), then the image pin that
+    /// must outlive the overlay on the image.
+    pub hold: Vec<OwnedFd>,
+    /// Runs first, beside runbox (writing the container's state, say). On
+    /// an error the deleter prints it on runbox's stderr and kills
+    /// `victim` (the container's pidfd): a container must not run unseen.
+    pub first: Option<&'a mut dyn FnMut() -> std::result::Result<(), String>>,
+    pub victim: Option<BorrowedFd<'a>>,
+    /// Its `.trash-*` dirs are deleted too (state dirs runbox renamed there).
+    pub state_root: Option<&'a Path>,
+}
+
 impl Deleter {
-    /// Forks the deleter. It keeps `hold` (the container's mount namespace)
-    /// open until it is let go, and nothing else of this process: no lock,
-    /// no pipe, no terminal. None when the fork fails (the caller then
+    /// Forks the deleter. It keeps nothing else of this process (no lock,
+    /// no pipe, no terminal). None when the fork fails (the caller then
     /// deletes through [`discard_layer_in_background`]).
     ///
     /// Call with the signals runbox forwards blocked (the deleter keeps them
     /// blocked for life: a ^C aimed at runbox's process group must not stop
     /// it) and single-threaded, as for any fork.
-    pub fn spawn(containers_dir: &Path, hold: Option<OwnedFd>) -> Option<Deleter> {
-        Self::spawn_with(containers_dir, None, hold, &mut || {})
-    }
-
-    /// [`Deleter::spawn`] that first runs `first` (in the deleter, beside
-    /// runbox: writing the container's state files, say) and, once let go,
-    /// also deletes the `.trash-*` dirs of `state_root` (state dirs runbox
-    /// renamed there instead of deleting them itself).
-    pub fn spawn_with(
-        containers_dir: &Path,
-        state_root: Option<&Path>,
-        hold: Option<OwnedFd>,
-        first: &mut dyn FnMut(),
-    ) -> Option<Deleter> {
+    pub fn spawn(containers_dir: &Path, plan: DeleterPlan<'_>) -> Option<Deleter> {
         let (go_r, go_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
         match syscall::fork() {
             Ok(Forked::Child) => {
                 drop(go_w);
-                let mut keep = vec![go_r.as_raw_fd()];
-                keep.extend(hold.as_ref().map(|h| h.as_raw_fd()));
+                let DeleterPlan {
+                    hold,
+                    mut first,
+                    victim,
+                    state_root,
+                } = plan;
+                // Above 0-2 before those become /dev/null: runbox may have
+                // been started with a standard descriptor closed.
+                let go = syscall::dup_above(go_r.as_raw_fd(), 3);
+                let hold: Vec<OwnedFd> = hold
+                    .iter()
+                    .filter_map(|h| syscall::dup_above(h.as_raw_fd(), 3))
+                    .collect();
+                let err = first.is_some().then(|| syscall::dup_above(2, 3)).flatten();
+                let victim = victim.and_then(|v| syscall::dup_above(v.as_raw_fd(), 3));
+                let mut keep: Vec<RawFd> = hold.iter().map(|h| h.as_raw_fd()).collect();
+                keep.extend(go.iter().chain(&err).chain(&victim).map(|f| f.as_raw_fd()));
                 detach_from_caller(&keep);
-                first();
-                let mut byte = [0u8; 1];
-                // Returns on EOF: runbox let go (or died).
-                while let Err(nix::errno::Errno::EINTR) =
-                    nix::unistd::read(go_r.as_raw_fd(), &mut byte)
-                {}
-                // The last reference: the container's mounts go away here.
-                drop(hold);
+                if let Some(first) = first.as_mut() {
+                    if let Err(message) = first() {
+                        if let Some(err) = &err {
+                            let line = format!("runbox: {message}; stopping the container\n");
+                            crate::spawn::write_all(err.as_fd(), line.as_bytes());
+                        }
+                        if let Some(v) = &victim {
+                            let _ = syscall::pidfd_send_signal(v.as_fd(), libc::SIGKILL);
+                        }
+                    }
+                }
+                drop((err, victim));
+                if let Some(go) = &go {
+                    let mut byte = [0u8; 1];
+                    // Returns on EOF: runbox let go (or died).
+                    while let Err(nix::errno::Errno::EINTR) =
+                        nix::unistd::read(go.as_raw_fd(), &mut byte)
+                    {}
+                }
+                // In order: the namespace (the mounts go away), then the pin.
+                for h in hold {
+                    drop(h);
+                }
                 if let Some(root) = state_root {
                     remove_trash(root);
                 }
@@ -160,7 +193,7 @@ pub fn empty_trash_in_background(containers_dir: &Path) -> bool {
     }
     let mut old = SigSet::empty();
     let blocked = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&block), Some(&mut old)).is_ok();
-    let deleter = Deleter::spawn(containers_dir, None);
+    let deleter = Deleter::spawn(containers_dir, DeleterPlan::default());
     if blocked {
         let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
     }
@@ -438,7 +471,7 @@ mod tests {
         std::fs::create_dir_all(layers.join("c1/upper/x")).unwrap();
         // Not in the test harness's threads' way: fork is fine here because
         // the child only touches the filesystem and exits.
-        let deleter = Deleter::spawn(layers, None).expect("fork");
+        let deleter = Deleter::spawn(layers, DeleterPlan::default()).expect("fork");
         assert!(move_to_trash(layers, "c1").unwrap());
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(

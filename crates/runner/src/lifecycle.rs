@@ -306,10 +306,38 @@ pub fn load(root: &Path, id: &str) -> Result<ContainerState> {
     }
 }
 
+/// How long exec, stop, kill and rm wait for a container that is still
+/// being set up (see [`load_started`]).
+pub const SETUP_WAIT: Duration = Duration::from_secs(2);
+
+/// [`load`], waiting (up to [`SETUP_WAIT`]) while the container is still
+/// being set up: its state dir is there, locked by its runbox, but holds no
+/// state.json yet (written once the command runs), or says `created`.
+pub fn load_started(root: &Path, id: &str) -> Result<ContainerState> {
+    let deadline = Instant::now() + SETUP_WAIT;
+    loop {
+        let setting_up = match load(root, id) {
+            Ok(st) => st.status == Status::Created && state::is_alive(&st),
+            Err(Error::NoSuchContainer(_)) => is_locked(&root.join(id)),
+            Err(_) => false,
+        };
+        if !setting_up || Instant::now() >= deadline {
+            return load(root, id);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The directory exists and another process holds its lock.
+fn is_locked(dir: &Path) -> bool {
+    File::open(dir).is_ok_and(|d| Flock::lock(d, FlockArg::LockExclusiveNonblock).is_err())
+}
+
 /// A pidfd for the container's PID 1, verified against the recorded start
 /// time; `None` when it is no longer running. A `created` container (still
-/// setting up, for a moment) has its PID 1 too: stop, kill and rm -f reach
-/// it (a signal other than SIGKILL waits, blocked, until its exec).
+/// setting up) has its PID 1 too, for SIGKILL: the callers that send other
+/// signals wait for `running` first ([`load_started`]), as a signal with no
+/// handler reaches a namespace's PID 1 only once its command installed one.
 pub fn open_pid1(st: &ContainerState) -> Option<OwnedFd> {
     if st.pid <= 0 || st.status == Status::Stopped {
         return None;
@@ -340,7 +368,7 @@ pub fn parse_signal(s: &str) -> Result<Signal> {
 
 /// Sends `sig` to container `id`'s PID 1; an error when it is not running.
 pub fn kill(root: &Path, id: &str, sig: Signal) -> Result<()> {
-    let st = load(root, id)?;
+    let st = load_started(root, id)?;
     let fd = open_pid1(&st).ok_or_else(|| not_running(id))?;
     syscall::pidfd_send_signal(fd.as_fd(), sig as i32)
         .map_err(|e| Error::io("signal container", root.join(id), e.into()))
@@ -402,7 +430,7 @@ fn lock_when_recorded(root: &Path, id: &str, timeout: Duration) -> Result<Option
 /// exit is recorded. Returns the final state (`None` if it was removed on
 /// exit). A stopped container is left as it is.
 pub fn stop(root: &Path, id: &str, grace: Duration) -> Result<Option<ContainerState>> {
-    let st = load(root, id)?;
+    let st = load_started(root, id)?;
     if let Some(fd) = open_pid1(&st) {
         let _ = syscall::pidfd_send_signal(fd.as_fd(), libc::SIGTERM);
         if !wait_exit(&fd, grace) {
@@ -426,7 +454,7 @@ pub fn stop(root: &Path, id: &str, grace: Duration) -> Result<Option<ContainerSt
 /// layer, cgroup and name. A running one is an error unless `force`, which
 /// kills it first.
 pub fn remove(root: &Path, containers_dir: &Path, id: &str, force: bool) -> Result<()> {
-    let st = load(root, id)?;
+    let st = load_started(root, id)?;
     let alive = open_pid1(&st);
     let monitored = st.monitor_pid > 0
         && File::open(root.join(id))

@@ -115,6 +115,9 @@ pub struct ChildPlan {
     /// it into the container's cgroup (a byte, or EOF), so nothing it execs
     /// escapes the limits. The move overlaps with the child's setup.
     pub cgroup_wait: Option<OwnedFd>,
+    /// Set right before the execve. Spawned sharing runbox's memory, the
+    /// child sets it there: runbox tells an exec from a death on the way.
+    pub exec_reached: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A setup failure: the exit code and a one-line message naming the phase.
@@ -182,6 +185,8 @@ pub struct Spawned {
     /// The child has already exec'd (or failed and exited): everything it
     /// reports is on the sync pipe, up to EOF.
     pub settled: bool,
+    /// A settled child got as far as its execve (else it died on the way).
+    pub exec_reached: bool,
 }
 
 /// Starts the container process. In the child this never returns: it sets
@@ -208,6 +213,7 @@ pub fn spawn_container(
                 pidfd,
                 mntns: None,
                 settled: false,
+                exec_reached: false,
             }),
             Forked::Child => syscall::exit_now(run_child(&plan, &stdio, sync.as_fd()) as i32),
         };
@@ -221,6 +227,8 @@ pub fn spawn_container(
         pidfd: Some(pidfd),
         mntns,
         settled: true,
+        // Written by the child in our memory (CLONE_VM).
+        exec_reached: plan.exec_reached.load(std::sync::atomic::Ordering::Acquire),
     })
 }
 
@@ -415,6 +423,8 @@ pub(crate) fn exec(plan: &ChildPlan) -> Result<Never, ChildError> {
         ));
     }
     syscall::reset_signal_dispositions();
+    plan.exec_reached
+        .store(true, std::sync::atomic::Ordering::Release);
     signals::restore(&plan.sigmask).map_err(fail("exec", "restore the signal mask"))?;
     let err = nix::unistd::execve(&c_exe, &plan.args, &plan.env).unwrap_err();
     let code = match err {

@@ -270,6 +270,22 @@ pub fn cloexec_from(first: u32) -> nix::Result<()> {
     .map(drop)
 }
 
+/// The signals pending for this thread or process (blocked ones included).
+pub fn pending_signals() -> nix::Result<nix::sys::signal::SigSet> {
+    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigpending fills the sigset_t it is given.
+    Errno::result(unsafe { libc::sigpending(set.as_mut_ptr()) })?;
+    // SAFETY: initialized by the successful call above.
+    Ok(unsafe { nix::sys::signal::SigSet::from_sigset_t_unchecked(set.assume_init()) })
+}
+
+/// A close-on-exec duplicate of `fd` numbered `min` or above.
+pub fn dup_above(fd: RawFd, min: RawFd) -> Option<OwnedFd> {
+    let new = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(min)).ok()?;
+    // SAFETY: F_DUPFD_CLOEXEC returned a fresh descriptor that we now own.
+    Some(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
 /// Closes every descriptor from `first` up except those in `keep`.
 pub fn close_all_from_except(first: u32, keep: &[RawFd]) -> nix::Result<()> {
     let mut keep: Vec<u32> = keep
@@ -503,8 +519,9 @@ pub fn spawn_shared_into(
             &mut pidfd as *mut libc::c_int,
         )
     };
+    let pid = Errno::result(ret);
     drop(stack);
-    let pid = Errno::result(ret)?;
+    let pid = pid?;
     // SAFETY: the kernel stored a fresh pidfd we now own, and the child
     // opened `mntns` (if >= 0) in our shared table, for us.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
@@ -535,12 +552,14 @@ impl SharedStack {
                 MapFlags::MAP_PRIVATE | MapFlags::MAP_STACK,
             )
         }?;
-        // SAFETY: the lowest page of the mapping made above.
-        unsafe { mprotect(base, Self::GUARD, ProtFlags::PROT_NONE) }?;
-        Ok(SharedStack {
+        // Owned (unmapped on drop) before anything else can fail.
+        let stack = SharedStack {
             base,
             len: len.get(),
-        })
+        };
+        // SAFETY: the lowest page of the mapping made above.
+        unsafe { mprotect(stack.base, Self::GUARD, ProtFlags::PROT_NONE) }?;
+        Ok(stack)
     }
 
     fn top(&self) -> *mut libc::c_void {

@@ -112,6 +112,14 @@ pub struct ImagePin {
     _lock: File,
 }
 
+impl std::os::fd::AsRawFd for ImagePin {
+    /// The descriptor holding the shared lock: a process that keeps a
+    /// duplicate keeps the image pinned (see runbox-runner's deleter).
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self._lock.as_raw_fd()
+    }
+}
+
 impl Store {
     /// Opens (creating if needed) the store at `root`.
     pub fn open(root: &Path) -> Result<Store> {
