@@ -295,9 +295,10 @@ fn etc_files_in_layer<'a>(
 /// Runs `spec` as container `cfg.id` until its PID 1 exits.
 ///
 /// Call it from a single-threaded process (the `runbox` binary is): the
-/// container process is made with a raw clone3, which, unlike glibc's fork,
-/// does not reset locks another thread may hold (malloc, stdio). Real
-/// containers are therefore tested through the binary (tests/it/run.rs).
+/// container process is made with a raw clone (see `spawn`), which, unlike
+/// glibc's fork, does not reset locks another thread may hold (malloc,
+/// stdio). Real containers are therefore tested through the binary
+/// (tests/it/run.rs).
 ///
 /// The forwarded signals are blocked from the first step to the last: a ^C
 /// (SIGINT, SIGTERM, SIGHUP, SIGQUIT) before the container exists ends the
@@ -447,9 +448,10 @@ fn run_blocked(
             timings: Timings::default(),
         });
     }
-    // Host paths bound into the container (volumes, the console) must not
-    // stay mounted once runbox has exited: an `umount` of their source would
-    // fail with EBUSY. The deleter then does not hold the namespace.
+    // Host paths bound into the container (volumes, the console) must be
+    // let go when runbox exits: held in the container's namespace, their
+    // filesystems would stay alive (a USB stick not yet released after its
+    // umount). The deleter then does not hold the namespace.
     let host_binds = plan
         .mounts
         .steps

@@ -132,16 +132,7 @@ impl Deleter {
 /// whoever reads runbox's output sees EOF when runbox exits), and every
 /// other descriptor closed but `keep` (all >= 3).
 fn detach_from_caller(keep: &[RawFd]) {
-    let _ = nix::unistd::setsid();
-    if let Ok(null) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-    {
-        for fd in 0..=2 {
-            let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
-        }
-    }
+    syscall::leave_terminal();
     let _ = syscall::close_all_from_except(3, keep);
 }
 

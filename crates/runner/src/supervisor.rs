@@ -72,17 +72,7 @@ pub fn detach(spec: &Spec, mut cfg: ContainerConfig) -> Result<Detached> {
 /// The supervisor's life: detach from the terminal, run the container,
 /// report a failure to start. Returns its exit code.
 fn supervise(spec: &Spec, cfg: &mut ContainerConfig, ready: ReadyPipe) -> i32 {
-    let _ = nix::unistd::setsid();
-    if let Ok(null) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-    {
-        use std::os::fd::AsRawFd;
-        for fd in 0..=2 {
-            let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
-        }
-    }
+    crate::syscall::leave_terminal();
     cfg.tty = false;
     cfg.interactive = false;
     cfg.lifecycle.log_to_file = true;

@@ -279,6 +279,22 @@ pub fn pending_signals() -> nix::Result<nix::sys::signal::SigSet> {
     Ok(unsafe { nix::sys::signal::SigSet::from_sigset_t_unchecked(set.assume_init()) })
 }
 
+/// For a helper that outlives runbox: a session of its own (no terminal,
+/// out of runbox's process group) and /dev/null as stdin, stdout and
+/// stderr, so that whoever reads runbox's output sees EOF when runbox exits.
+pub fn leave_terminal() {
+    let _ = nix::unistd::setsid();
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        for fd in 0..=2 {
+            let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
+        }
+    }
+}
+
 /// A close-on-exec duplicate of `fd` numbered `min` or above.
 pub fn dup_above(fd: RawFd, min: RawFd) -> Option<OwnedFd> {
     let new = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(min)).ok()?;
