@@ -15,7 +15,8 @@ cargo build --release
 RUNBOX=${CARGO_TARGET_DIR:-$PWD/target}/${CARGO_BUILD_TARGET:-x86_64-unknown-linux-gnu}/release/runbox
 
 work=$(mktemp -d /var/tmp/runbox-demo.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+# runbox's background deleter may still be leaving a spare layer in the store: retry.
+trap 'for _ in 1 2 3 4 5; do rm -rf "$work" 2>/dev/null && break; sleep 0.1; done' EXIT
 # A plain rootfs tarball, as `docker export` writes one.
 mkdir -p "$work/rootfs/bin" "$work/rootfs/etc"
 cp "$(command -v busybox)" "$work/rootfs/bin/busybox"
