@@ -186,7 +186,7 @@ impl StateDir {
     }
 
     /// Renames the directory to `<root>/.trash-<id>` (scanners skip it) for
-    /// a deleter to remove (see `layers::Deleter::spawn_with`), and releases
+    /// a deleter to remove (see `layers::DeleterPlan::state_root`), and releases
     /// the lock. Deletes it at once when the rename fails.
     pub fn discard(self) -> Result<()> {
         let name = self.path.file_name().unwrap_or_default().to_string_lossy();
