@@ -1,7 +1,8 @@
 //! The only place in runbox with `unsafe`: thin wrappers over the system calls
 //! that neither `nix` nor `std` expose safely (clone3 with namespace flags,
-//! fork, a posix_spawn-like shared-memory spawn, `_exit`, capset, the
-//! capability prctls, seccomp, terminal ioctls, bringing `lo` up). Each
+//! fork, a posix_spawn-like shared-memory spawn that can hand back the
+//! child's mount namespace, `_exit`, capset, the capability prctls, seccomp,
+//! terminal ioctls, bringing `lo` up, close_range, sigpending, getrandom). Each
 //! wrapper returns `nix::Result` so callers attach the operation and path to
 //! the error; nothing here decides policy.
 #![allow(unsafe_code)]
