@@ -93,6 +93,8 @@ impl Deleter {
                 let mut keep: Vec<RawFd> = hold.iter().map(|h| h.as_raw_fd()).collect();
                 keep.extend(go.iter().chain(&err).chain(&victim).map(|f| f.as_raw_fd()));
                 detach_from_caller(&keep);
+                // What `ps` shows for it (its command line stays runbox's).
+                let _ = nix::sys::prctl::set_name(c"runbox-deleter");
                 if let Some(first) = first.as_mut() {
                     if let Err(message) = first() {
                         if let Some(err) = &err {
