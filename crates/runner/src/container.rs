@@ -22,12 +22,11 @@
 //! the run's own error.
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::fcntl::OFlag;
-use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sched::CloneFlags;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
@@ -38,7 +37,7 @@ use crate::layers;
 use crate::rootfs::{self, HostFiles, RootfsMode};
 use crate::spawn::{self, CapSets, ChildPlan, Stdio};
 use crate::state::{self, ContainerState, StateDir, Status};
-use crate::{namespaces, pty, signals};
+use crate::{namespaces, pty, signals, watch};
 
 /// What `run` needs besides the Spec.
 #[derive(Debug, Clone)]
@@ -471,7 +470,7 @@ fn run_blocked(
         }
         // A settled child has exec'd or failed: all it had to say is there.
         let (sync, sync_bytes, exec_at) = if spawned.settled {
-            let mut bytes = read_to_eof(&sync_r);
+            let mut bytes = watch::read_to_eof(&sync_r);
             if !spawned.exec_reached && spawn::parse_sync(&bytes).error.is_none() {
                 // Died before reaching its exec without a word (a signal).
                 bytes.extend_from_slice(
@@ -494,7 +493,7 @@ fn run_blocked(
             image: cfg.image.clone(),
             rootfs: cfg.image_dir.clone(),
             created: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
-            // `running` once the command was executed (see wait_loop):
+            // `running` once the command was executed (see the wait below):
             // before that its mounts and masks are not all in place.
             status: if execed {
                 Status::Running
@@ -555,22 +554,34 @@ fn run_blocked(
         if execed {
             cfg.lifecycle.report_running();
         }
-        wait_loop(
-            cfg,
+        let mut exec_at = exec_at;
+        let mut state = (!execed).then_some((dir, st));
+        let watch = watch::Watch {
             pid,
-            &pidfd,
-            &sigfd,
-            Sync {
-                pipe: sync,
-                bytes: sync_bytes,
-                exec_at,
-            },
-            master.as_ref(),
-            spawned_at,
-            (!execed).then_some((dir, st)),
-        )
+            pidfd: &pidfd,
+            sigfd: &sigfd,
+            master: master.as_ref(),
+            interactive: cfg.interactive,
+            what: &cfg.id,
+        };
+        let sync = watch::Sync {
+            pipe: sync,
+            bytes: sync_bytes,
+        };
+        let deadline = cfg.timeout.map(|t| spawned_at + t);
+        let ended = watch.wait(sync, deadline, &mut |said, _| {
+            exec_at = Some(Instant::now());
+            if spawn::parse_sync(said).error.is_none() {
+                if let Some((dir, st)) = state.take() {
+                    mark_running(dir, st)?;
+                }
+                cfg.lifecycle.report_running();
+            }
+            Ok(false)
+        })?;
+        Ok((ended, exec_at))
     })();
-    let (status, report, exec_at) = match waited {
+    let (ended, exec_at) = match waited {
         Ok(waited) => waited,
         Err(e) => {
             // Never leave a container behind an error: kill and reap it.
@@ -578,6 +589,12 @@ fn run_blocked(
             let _ = waitpid(pid, None);
             return Err(e);
         }
+    };
+    let report = spawn::parse_sync(&ended.sync);
+    let status = match (ended.timed_out, ended.status) {
+        (true, _) => Waited::TimedOut,
+        (false, Some(status)) => Waited::Status(status),
+        (false, None) => unreachable!("the run's wait only ends with the process"),
     };
 
     let exited = Instant::now();
@@ -649,178 +666,9 @@ fn mark_running(dir: &StateDir, mut st: ContainerState) -> Result<()> {
     dir.save(&st)
 }
 
-/// The sync pipe as the wait loop takes it over: still open, or already
-/// read to the end (what the child wrote, and when its exec was seen).
-struct Sync {
-    pipe: Option<OwnedFd>,
-    bytes: Vec<u8>,
-    exec_at: Option<Instant>,
-}
-
-/// Everything left on `pipe` (whose writers are all gone), capped at 64 KiB.
-fn read_to_eof(pipe: &OwnedFd) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match nix::unistd::read(pipe.as_raw_fd(), &mut buf) {
-            Ok(0) => return out,
-            Ok(n) if out.len() < 64 * 1024 => out.extend_from_slice(&buf[..n]),
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => return out,
-        }
-    }
-}
-
 enum Waited {
     Status(WaitStatus),
     TimedOut,
-}
-
-/// Polls until PID 1 exits; returns how, what the sync pipe said and when exec happened.
-// Every argument is one fd or fact of the same start; a struct would only rename them.
-#[allow(clippy::too_many_arguments)]
-fn wait_loop(
-    cfg: &ContainerConfig,
-    pid: nix::unistd::Pid,
-    pidfd: &OwnedFd,
-    sigfd: &nix::sys::signalfd::SignalFd,
-    sync: Sync,
-    master: Option<&OwnedFd>,
-    spawned: Instant,
-    mut state: Option<(&StateDir, ContainerState)>,
-) -> Result<(Waited, spawn::SyncReport, Option<Instant>)> {
-    let deadline = cfg.timeout.map(|t| spawned + t);
-    let Sync {
-        pipe: mut sync,
-        bytes: mut sync_bytes,
-        mut exec_at,
-    } = sync;
-    let mut timed_out = false;
-    let mut stdin_open = cfg.interactive && master.is_some();
-    let stdin = std::io::stdin();
-    let stdout = std::io::stdout();
-    let mut buf = vec![0u8; 16 * 1024];
-    let mut master_open = master.is_some();
-    loop {
-        let timeout = match deadline {
-            Some(d) if !timed_out => {
-                let left = d.saturating_duration_since(Instant::now());
-                PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32 + 1)
-                    .unwrap_or(PollTimeout::MAX)
-            }
-            _ => PollTimeout::NONE,
-        };
-        let mut fds = vec![
-            PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
-            PollFd::new(sigfd.as_fd(), PollFlags::POLLIN),
-        ];
-        let sync_idx = sync.as_ref().map(|s| {
-            fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
-            fds.len() - 1
-        });
-        let master_idx = master.filter(|_| master_open).map(|m| {
-            fds.push(PollFd::new(m.as_fd(), PollFlags::POLLIN));
-            fds.len() - 1
-        });
-        let stdin_idx = stdin_open.then(|| {
-            fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
-            fds.len() - 1
-        });
-        match nix::poll::poll(&mut fds, timeout) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(Error::io("poll for", &cfg.id, e.into())),
-        }
-        let ready = |i: usize| fds[i].revents().is_some_and(|r| !r.is_empty());
-        let exited = ready(0);
-        let sig_ready = ready(1);
-        let sync_ready = sync_idx.is_some_and(ready);
-        let master_ready = master_idx.is_some_and(ready);
-        let stdin_ready = stdin_idx.is_some_and(ready);
-        drop(fds);
-
-        if sync_ready {
-            if let Some(s) = &sync {
-                match nix::unistd::read(s.as_raw_fd(), &mut buf) {
-                    Ok(0) | Err(_) => {
-                        sync = None;
-                        exec_at = Some(Instant::now());
-                        if spawn::parse_sync(&sync_bytes).error.is_none() {
-                            if let Some((dir, st)) = state.take() {
-                                mark_running(dir, st)?;
-                            }
-                            cfg.lifecycle.report_running();
-                        }
-                    }
-                    // The child writes a few short lines; cap what we keep.
-                    Ok(n) if sync_bytes.len() < 64 * 1024 => {
-                        sync_bytes.extend_from_slice(&buf[..n])
-                    }
-                    Ok(_) => {}
-                }
-            }
-        }
-        if sig_ready {
-            for sig in signals::drain(sigfd) {
-                match (sig, master) {
-                    (Signal::SIGCHLD, _) => {}
-                    (Signal::SIGWINCH, Some(m)) => pty::copy_window_size(stdin.as_fd(), m.as_fd()),
-                    (sig, _) => {
-                        let _ = kill(pid, sig);
-                    }
-                }
-            }
-        }
-        if master_ready {
-            if let Some(m) = master {
-                match pty::pump(m.as_fd(), stdout.as_fd(), &mut buf) {
-                    Ok(0) | Err(_) => master_open = false,
-                    Ok(_) => {}
-                }
-            }
-        }
-        if stdin_ready {
-            if let Some(m) = master {
-                match pty::pump(stdin.as_fd(), m.as_fd(), &mut buf) {
-                    Ok(0) | Err(_) => stdin_open = false,
-                    Ok(_) => {}
-                }
-            }
-        }
-        if exited {
-            if let Some(m) = master.filter(|_| master_open) {
-                drain_master(m, &stdout, &mut buf);
-            }
-            if let Some(s) = sync.take() {
-                // The child is gone: whatever it wrote is complete.
-                while let Ok(n @ 1..) = nix::unistd::read(s.as_raw_fd(), &mut buf) {
-                    sync_bytes.extend_from_slice(&buf[..n]);
-                }
-            }
-            let status =
-                waitpid(pid, None).map_err(|e| Error::io("wait for", &cfg.id, e.into()))?;
-            let waited = if timed_out {
-                Waited::TimedOut
-            } else {
-                Waited::Status(status)
-            };
-            return Ok((waited, spawn::parse_sync(&sync_bytes), exec_at));
-        }
-        if let Some(d) = deadline {
-            if !timed_out && Instant::now() >= d {
-                timed_out = true;
-                // Killing PID 1 of a pid namespace kills everything in it.
-                let _ = kill(pid, Signal::SIGKILL);
-            }
-        }
-    }
-}
-
-fn drain_master(master: &OwnedFd, stdout: &std::io::Stdout, buf: &mut [u8]) {
-    let flags = nix::fcntl::fcntl(master.as_raw_fd(), nix::fcntl::FcntlArg::F_GETFL).unwrap_or(0);
-    let nonblock = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
-    let _ = nix::fcntl::fcntl(master.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(nonblock));
-    while let Ok(1..) = pty::pump(master.as_fd(), stdout.as_fd(), buf) {}
 }
 
 /// A fresh random container id (64 hex digits, like docker's).

@@ -34,18 +34,16 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
-use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sched::CloneFlags;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
-use nix::unistd::Pid;
 use oci_spec::runtime::{Linux, LinuxNamespace, LinuxSeccomp, Process, Spec};
 
 use crate::container::Exit;
@@ -414,16 +412,23 @@ pub fn exec(cfg: &ExecConfig) -> Result<Exit> {
         };
         drop(sync_w);
         drop(stdio);
-        let waiter = Waiter {
-            id: &id,
+        let what = format!("exec in {id}");
+        let watch = crate::watch::Watch {
             pid,
             pidfd: &pidfd,
             sigfd: &sigfd,
             master: master.as_ref(),
             interactive: cfg.interactive,
+            what: &what,
         };
-        match waiter.wait(sync_r, cfg.detach) {
-            Ok(w) => Ok(w),
+        let sync = crate::watch::Sync {
+            pipe: Some(sync_r),
+            bytes: Vec::new(),
+        };
+        // Detached: return once the command runs (its exec closed the pipe).
+        let detach = cfg.detach;
+        match watch.wait(sync, None, &mut |_, exited| Ok(detach && !exited)) {
+            Ok(ended) => Ok((ended.status, spawn::parse_sync(&ended.sync))),
             Err(e) => {
                 let _ = kill(pid, Signal::SIGKILL);
                 let _ = waitpid(pid, None);
@@ -558,131 +563,6 @@ fn child_setup(
         }
     }
     spawn::exec(plan)
-}
-
-/// The parent's side of a running exec.
-struct Waiter<'a> {
-    id: &'a str,
-    pid: Pid,
-    pidfd: &'a OwnedFd,
-    sigfd: &'a nix::sys::signalfd::SignalFd,
-    master: Option<&'a OwnedFd>,
-    interactive: bool,
-}
-
-impl Waiter<'_> {
-    /// Polls until the command exits (or, detached, until it has exec'd);
-    /// returns its wait status (`None`: detached and running) and what the
-    /// sync pipe said.
-    fn wait(
-        &self,
-        sync_r: OwnedFd,
-        detach: bool,
-    ) -> Result<(Option<WaitStatus>, spawn::SyncReport)> {
-        let mut sync = Some(sync_r);
-        let mut sync_bytes = Vec::new();
-        let mut stdin_open = self.interactive && self.master.is_some();
-        let mut master_open = self.master.is_some();
-        let stdin = std::io::stdin();
-        let stdout = std::io::stdout();
-        let mut buf = vec![0u8; 16 * 1024];
-        loop {
-            let mut fds = vec![
-                PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN),
-                PollFd::new(self.sigfd.as_fd(), PollFlags::POLLIN),
-            ];
-            let sync_idx = sync.as_ref().map(|s| {
-                fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
-                fds.len() - 1
-            });
-            let master_idx = self.master.filter(|_| master_open).map(|m| {
-                fds.push(PollFd::new(m.as_fd(), PollFlags::POLLIN));
-                fds.len() - 1
-            });
-            let stdin_idx = stdin_open.then(|| {
-                fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
-                fds.len() - 1
-            });
-            match nix::poll::poll(&mut fds, PollTimeout::NONE) {
-                Ok(_) | Err(Errno::EINTR) => {}
-                Err(e) => return Err(Error::io("poll for exec in", self.id, e.into())),
-            }
-            let ready = |i: usize| fds[i].revents().is_some_and(|r| !r.is_empty());
-            let exited = ready(0);
-            let sig_ready = ready(1);
-            let sync_ready = sync_idx.is_some_and(ready);
-            let master_ready = master_idx.is_some_and(ready);
-            let stdin_ready = stdin_idx.is_some_and(ready);
-            drop(fds);
-
-            if sync_ready {
-                if let Some(s) = &sync {
-                    match nix::unistd::read(s.as_raw_fd(), &mut buf) {
-                        Ok(0) | Err(_) => {
-                            sync = None;
-                            if detach && !exited {
-                                return Ok((None, spawn::parse_sync(&sync_bytes)));
-                            }
-                        }
-                        // The child writes one short line; cap what we keep.
-                        Ok(n) if sync_bytes.len() < 64 * 1024 => {
-                            sync_bytes.extend_from_slice(&buf[..n])
-                        }
-                        Ok(_) => {}
-                    }
-                }
-            }
-            if sig_ready {
-                for sig in signals::drain(self.sigfd) {
-                    match (sig, self.master) {
-                        (Signal::SIGCHLD, _) => {}
-                        (Signal::SIGWINCH, Some(m)) => {
-                            pty::copy_window_size(stdin.as_fd(), m.as_fd())
-                        }
-                        (sig, _) => {
-                            let _ = kill(self.pid, sig);
-                        }
-                    }
-                }
-            }
-            if master_ready {
-                if let Some(m) = self.master {
-                    if !matches!(pty::pump(m.as_fd(), stdout.as_fd(), &mut buf), Ok(1..)) {
-                        master_open = false;
-                    }
-                }
-            }
-            if stdin_ready {
-                if let Some(m) = self.master {
-                    if !matches!(pty::pump(stdin.as_fd(), m.as_fd(), &mut buf), Ok(1..)) {
-                        stdin_open = false;
-                    }
-                }
-            }
-            if exited {
-                if let Some(m) = self.master.filter(|_| master_open) {
-                    drain_nonblocking(m.as_fd(), stdout.as_fd(), &mut buf);
-                }
-                if let Some(s) = sync.take() {
-                    // The child is gone: whatever it wrote is complete.
-                    while let Ok(n @ 1..) = nix::unistd::read(s.as_raw_fd(), &mut buf) {
-                        sync_bytes.extend_from_slice(&buf[..n]);
-                    }
-                }
-                let status = waitpid(self.pid, None)
-                    .map_err(|e| Error::io("wait for exec in", self.id, e.into()))?;
-                return Ok((Some(status), spawn::parse_sync(&sync_bytes)));
-            }
-        }
-    }
-}
-
-/// Copies what is left on the pty master without blocking.
-fn drain_nonblocking(master: BorrowedFd<'_>, out: BorrowedFd<'_>, buf: &mut [u8]) {
-    let flags = nix::fcntl::fcntl(master.as_raw_fd(), nix::fcntl::FcntlArg::F_GETFL).unwrap_or(0);
-    let nonblock = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
-    let _ = nix::fcntl::fcntl(master.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(nonblock));
-    while let Ok(1..) = pty::pump(master, out, buf) {}
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //! namespaces    unshare/clone flags and setns
 //! cgroups       resource limits: cgroup v1, v2 and hybrid hosts
 //! spawn         the one fork: parent/child sync, pid 1, wait
+//! watch         the event loop runbox waits in (exit, signals, pty, sync pipe)
 //! exec          entering a running container
 //! state         container state directory on disk
 //! layers        writable layers: spares made ahead, trash deleted after
@@ -51,6 +52,8 @@ pub mod syscall;
 pub mod pty;
 
 pub mod signals;
+
+mod watch;
 
 pub mod state;
 
