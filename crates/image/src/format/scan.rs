@@ -9,7 +9,7 @@
 use std::io::{self, Read, Seek, SeekFrom};
 
 use crate::unpack::archive::{
-    check_checksum, check_size, cstr, padding, parse_num, Pax, MAX_LONG_NAME, MAX_PAX,
+    check_checksum, check_size, cstr, header_name, padding, parse_num, Pax, MAX_LONG_NAME, MAX_PAX,
 };
 
 const BLOCK: u64 = 512;
@@ -161,23 +161,10 @@ fn finish<R: Read + Seek>(
     hsize: u64,
     pending: Pending,
 ) -> Result<Scanned, String> {
-    let posix_ustar = &block[257..263] == b"ustar\0";
     let name = match (pending.pax.get("path"), pending.long_name) {
         (Some(p), _) => p.to_vec(),
         (None, Some(n)) => n,
-        (None, None) => {
-            let name = cstr(&block[..100]);
-            let prefix = if posix_ustar {
-                cstr(&block[345..500])
-            } else {
-                &[][..]
-            };
-            if prefix.is_empty() {
-                name.to_vec()
-            } else {
-                [prefix, b"/", name].concat()
-            }
-        }
+        (None, None) => header_name(block),
     };
     let link = match (pending.pax.get("linkpath"), pending.long_link) {
         (Some(l), _) => l.to_vec(),

@@ -86,6 +86,22 @@ pub(crate) fn cstr(field: &[u8]) -> &[u8] {
     }
 }
 
+/// The name a header block itself holds: `name`, behind the POSIX ustar
+/// `prefix` when there is one (GNU headers use that space otherwise).
+pub(crate) fn header_name(block: &[u8; 512]) -> Vec<u8> {
+    let name = cstr(&block[..100]);
+    let prefix = if &block[257..263] == b"ustar\0" {
+        cstr(&block[345..500])
+    } else {
+        &[][..]
+    };
+    if prefix.is_empty() {
+        name.to_vec()
+    } else {
+        [prefix, b"/", name].concat()
+    }
+}
+
 /// Parses a numeric header field: octal (space/NUL terminated) or GNU
 /// base-256 (high bit set). Negative values are refused.
 pub(crate) fn parse_num(field: &[u8]) -> Result<u64, String> {
@@ -472,22 +488,7 @@ impl<R: Read> TarStream<R> {
     ) -> Result<Entry, BadArchive> {
         let posix_ustar = &block[257..263] == b"ustar\0";
         let is_ustar = posix_ustar || &block[257..263] == b"ustar ";
-        let mut path = match long_name {
-            Some(n) => n,
-            None => {
-                let name = cstr(&block[..100]);
-                let prefix = if posix_ustar {
-                    cstr(&block[345..500])
-                } else {
-                    &[][..]
-                };
-                if prefix.is_empty() {
-                    name.to_vec()
-                } else {
-                    [prefix, b"/", name].concat()
-                }
-            }
-        };
+        let mut path = long_name.unwrap_or_else(|| header_name(block));
         if let Some(p) = pax.get("path") {
             path = p.to_vec();
         }
