@@ -149,15 +149,6 @@ pub fn move_to_trash(containers_dir: &Path, id: &str) -> Result<bool> {
     }
 }
 
-/// Renames a writable layer to `.trash-<id>` and deletes it.
-pub fn discard_layer(containers_dir: &Path, id: &str) -> Result<()> {
-    if move_to_trash(containers_dir, id)? {
-        let trash = containers_dir.join(format!("{TRASH_PREFIX}{id}"));
-        std::fs::remove_dir_all(&trash).map_err(|e| Error::io("remove", &trash, e))?;
-    }
-    Ok(())
-}
-
 /// Renames a writable layer to `.trash-<id>` and deletes every `.trash-*`
 /// dir in a detached process, so runbox exits without waiting for the
 /// filesystem (removing even a small overlay upper/work dir costs

@@ -39,15 +39,11 @@ struct CloneArgs {
 }
 
 /// fork(2)-like clone into new namespaces: the child continues on a copy of
-/// the caller's stack, like fork. Returns a pidfd for the child in the parent.
-/// Must be called while the process is single-threaded (runbox never starts
-/// threads before this), for the same reasons as fork.
-pub fn clone_into(namespaces: CloneFlags) -> nix::Result<Forked> {
-    clone_into_cgroup(namespaces, None)
-}
-
-/// [`clone_into`], with the child born in the cgroup2 directory `cgroup`
-/// (`CLONE_INTO_CGROUP`) when given: no later move into the cgroup.
+/// the caller's stack, like fork, born in the cgroup2 directory `cgroup`
+/// (`CLONE_INTO_CGROUP`) when given: no later move into the cgroup. Returns
+/// a pidfd for the child in the parent. Must be called while the process is
+/// single-threaded (runbox never starts threads before this), for the same
+/// reasons as fork.
 pub fn clone_into_cgroup(
     namespaces: CloneFlags,
     cgroup: Option<BorrowedFd<'_>>,

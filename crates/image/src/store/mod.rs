@@ -126,26 +126,21 @@ impl Store {
         let store = Store {
             root: root.to_path_buf(),
         };
-        for dir in [
-            "rootfs",
-            "images",
-            "refs",
-            "sources",
-            "locks",
-            "tmp",
-            "containers",
-            "trash",
-        ] {
-            let p = store.root.join(dir);
-            if !p.is_dir() {
-                fs::create_dir_all(&p).ctx("create store directory", &p)?;
-            }
-        }
         // Images may hold setuid files, capabilities and device nodes: only
         // root may reach into the store (docker keeps its root 0710/0700).
-        private_dir(&store.root, 0o711)?;
-        for dir in ["rootfs", "tmp", "containers", "trash"] {
-            private_dir(&store.root.join(dir), 0o700)?;
+        // One stat per directory on the usual path (all there already).
+        ensure_dir(&store.root, Some(0o711))?;
+        for (dir, mode) in [
+            ("rootfs", Some(0o700)),
+            ("images", None),
+            ("refs", None),
+            ("sources", None),
+            ("locks", None),
+            ("tmp", Some(0o700)),
+            ("containers", Some(0o700)),
+            ("trash", Some(0o700)),
+        ] {
+            ensure_dir(&store.root.join(dir), mode)?;
         }
         Ok(store)
     }
@@ -493,13 +488,22 @@ fn names_of(refs: &[(String, Digest)], id: &Digest) -> Vec<String> {
 }
 
 /// Creates `path` if needed and makes its mode exactly `mode`.
-fn private_dir(path: &Path, mode: u32) -> Result<()> {
+/// Makes directory `path` if missing, and gives it `mode` when asked.
+fn ensure_dir(path: &Path, mode: Option<u32>) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let meta = fs::metadata(path).ctx("stat", path)?;
-    if meta.permissions().mode() & 0o7777 != mode {
-        fs::set_permissions(path, fs::Permissions::from_mode(mode)).ctx("chmod", path)?;
+    let meta = match fs::metadata(path) {
+        Ok(m) if m.is_dir() => m,
+        _ => {
+            fs::create_dir_all(path).ctx("create store directory", path)?;
+            fs::metadata(path).ctx("stat", path)?
+        }
+    };
+    match mode {
+        Some(mode) if meta.permissions().mode() & 0o7777 != mode => {
+            fs::set_permissions(path, fs::Permissions::from_mode(mode)).ctx("chmod", path)
+        }
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]
