@@ -38,6 +38,15 @@ impl Ctr {
 
     /// `until_exec`: also wait until PID 1 runs the command (setup done).
     fn start_with(test: &str, extra: &[&str], until_exec: bool) -> Option<Ctr> {
+        let mut ctr = Self::spawn(test, extra)?;
+        let (id, pid) = ctr.wait_running(until_exec);
+        ctr.id = id;
+        ctr.pid = pid;
+        Some(ctr)
+    }
+
+    /// Starts `runbox run` and returns at once (no id or pid known yet).
+    fn spawn(test: &str, extra: &[&str]) -> Option<Ctr> {
         if !require_root(test) {
             return None;
         }
@@ -54,16 +63,12 @@ impl Ctr {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn runbox run");
-        let mut ctr = Ctr {
+        Some(Ctr {
             env,
             run,
             id: String::new(),
             pid: 0,
-        };
-        let (id, pid) = ctr.wait_running(until_exec);
-        ctr.id = id;
-        ctr.pid = pid;
-        Some(ctr)
+        })
     }
 
     /// Waits (bounded) until the state dir shows a running container.
@@ -543,31 +548,22 @@ fn exec_right_after_start_sees_the_container_root() {
 
 #[test]
 fn exec_by_name_right_after_the_run_started_waits_for_it() {
-    if !require_root("exec_by_name_right_after_the_run_started_waits_for_it") {
+    let Some(c) = Ctr::spawn(
+        "exec_by_name_right_after_the_run_started_waits_for_it",
+        &["--name", "early"],
+    ) else {
         return;
-    }
-    let env = TestEnv::new();
-    let image = image();
-    let mut run = env
-        .cmd()
-        .args(["run", "--name", "early", "--entrypoint", "", &image])
-        .args(["sleep", "1000"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    };
     // As soon as the name is claimed (before the container is set up, and
     // before its state is written): exec must wait for it, not fail.
-    let name = env.state().join(".names/early");
+    let name = c.env.state().join(".names/early");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !name.exists() {
         assert!(Instant::now() < deadline, "the name was never claimed");
         std::thread::sleep(Duration::from_micros(200));
     }
-    let o = env.run(&["exec", "early", "cat", "/etc/hostname"]);
-    let _ = env.run(&["rm", "-f", "early"]);
-    let _ = run.wait();
+    let o = c.exec(&["early", "cat", "/etc/hostname"]);
+    let _ = c.env.run(&["rm", "-f", "early"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(!stdout(&o).is_empty());
 }
