@@ -5,6 +5,7 @@
 //! Drop guard, which makes the foreground run clean up.
 
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -28,6 +29,8 @@ struct Ctr {
     run: Child,
     id: String,
     pid: i32,
+    /// A pidfd for `pid`, so that stopping never signals a reused pid.
+    pidfd: Option<std::os::fd::OwnedFd>,
 }
 
 impl Ctr {
@@ -42,6 +45,8 @@ impl Ctr {
         let (id, pid) = ctr.wait_running(until_exec);
         ctr.id = id;
         ctr.pid = pid;
+        // PID 1 runs (wait_running saw it): the pidfd names it from here on.
+        ctr.pidfd = runbox_runner::syscall::pidfd_open(nix::unistd::Pid::from_raw(pid)).ok();
         Some(ctr)
     }
 
@@ -68,6 +73,7 @@ impl Ctr {
             run,
             id: String::new(),
             pid: 0,
+            pidfd: None,
         })
     }
 
@@ -156,13 +162,10 @@ impl Ctr {
 
     /// Kills PID 1 and waits for the foreground run to finish.
     fn stop(&mut self) {
-        if self.pid > 0 {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(self.pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-            self.pid = 0;
+        if let Some(fd) = self.pidfd.take() {
+            let _ = runbox_runner::syscall::pidfd_send_signal(fd.as_fd(), nix::libc::SIGKILL);
         }
+        self.pid = 0;
         let _ = self.run.wait();
     }
 }

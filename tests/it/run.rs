@@ -537,13 +537,46 @@ fn keep_leaves_a_stopped_container() {
     std::fs::remove_dir_all(&layer).unwrap();
 }
 
-#[test]
-fn debris_of_a_killed_runbox_is_reaped_by_the_next_run() {
-    let Some(b) = Box::new("debris_of_a_killed_runbox_is_reaped_by_the_next_run") else {
-        return;
-    };
+/// Pids of live processes whose command line is exactly `args`.
+fn pids_running(args: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = args
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .collect()
+}
+
+/// Polls `done` every 10 ms for up to 5 s; true once it held.
+fn within_5s(mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..500 {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    done()
+}
+
+/// A runbox process, killed if a test fails while it runs.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `sleep SECONDS` in a container and returns the runbox process once
+/// the command runs.
+fn start_sleeper(b: &Box, seconds: &str) -> Running {
     let mut child = b
-        .cmd(&["sh", "-c", "echo ready; sleep 30"])
+        .cmd(&["sh", "-c", &format!("echo ready; exec sleep {seconds}")])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
@@ -552,17 +585,101 @@ fn debris_of_a_killed_runbox_is_reaped_by_the_next_run() {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
+    let child = Running(child);
     assert_eq!(line, "ready\n");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child
+}
+
+/// The run's deleter, once it has detached and named itself (it is forked
+/// right after the container's exec, so it may take a moment to appear).
+fn deleters_of(b: &Box) -> Vec<i32> {
+    let me = b.env.dir.path().to_string_lossy().into_owned();
+    let mut deleters = Vec::new();
+    let found = within_5s(|| {
+        deleters = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c == "runbox-deleter\n")
+                    && std::fs::read(format!("/proc/{pid}/cmdline"))
+                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&me))
+            })
+            .collect();
+        !deleters.is_empty()
+    });
+    assert!(found, "no deleter for the run");
+    deleters
+}
+
+#[test]
+fn a_killed_runbox_leaves_nothing_behind() {
+    let Some(b) = Box::new("a_killed_runbox_leaves_nothing_behind") else {
+        return;
+    };
+    // A number no other test sleeps, to find the container's process.
+    let mut child = start_sleeper(&b, "3011");
+    assert!(within_5s(|| pids_running(&["sleep", "3011"]).len() == 1));
+    let deleters = deleters_of(&b);
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    // Without any other runbox command: the container dies with runbox
+    // (parent-death signal) and the run's deleter reaps what runbox left.
+    // (Killed before its deleter was forked, a run leaves it to the next
+    // command: the test below.)
+    assert!(
+        within_5s(|| pids_running(&["sleep", "3011"]).is_empty()),
+        "the container outlived runbox"
+    );
+    assert!(
+        within_5s(|| b.env.state_entries().is_empty()),
+        "state left: {:?}",
+        b.env.state_entries()
+    );
+    assert!(
+        within_5s(|| deleters
+            .iter()
+            .all(|pid| state_of(*pid).is_none_or(|s| s == 'Z'))),
+        "the deleter did not end"
+    );
+}
+
+/// The state letter of a process (`R`, `S`, `Z`...), None once it is gone.
+fn state_of(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+#[test]
+fn debris_of_a_killed_runbox_is_reaped_by_the_next_run() {
+    let Some(b) = Box::new("debris_of_a_killed_runbox_is_reaped_by_the_next_run") else {
+        return;
+    };
+    let mut child = start_sleeper(&b, "3012");
+    // Killed with its deleter (as when a CI job's whole cgroup is killed),
+    // the deleter first so that it cannot reap.
+    let deleters = deleters_of(&b);
+    for pid in deleters {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
     assert_eq!(
         b.env.state_entries().len(),
         1,
         "the killed run left its state"
     );
-    // The container died with runbox (parent-death signal): the next run reaps it.
+    // The next run reaps it.
     let o = b.run(&["true"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        within_5s(|| pids_running(&["sleep", "3012"]).is_empty()),
+        "the container outlived runbox"
+    );
 }
 
 #[test]

@@ -544,6 +544,7 @@ fn run_blocked(
                     ),
                     victim: Some(pidfd.as_fd()),
                     state_root: Some(&cfg.state_root),
+                    id: Some(&cfg.id),
                 },
             );
             written = background && cleanup.deleter.is_some();

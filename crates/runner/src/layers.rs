@@ -14,8 +14,10 @@
 //! namespace, so the exiting container does not pay for unmounting its
 //! overlay and the other mounts: the deleter does, once `runbox` has
 //! renamed the layer to the trash and lets it go. It then deletes every
-//! `.trash-*` dir and leaves one spare. A deleter that is killed leaves
-//! trash that the next start (`state::reap_stale`) hands to a new one.
+//! `.trash-*` dir and leaves one spare. If runbox is killed instead, the
+//! deleter finds the state dir still in place and reaps the container
+//! itself. A deleter that is killed leaves trash (and a killed runbox's
+//! state) that the next start (`state::reap_stale`) hands to a new one.
 //!
 //! A spare's upper dir already holds `etc/hosts`, `etc/hostname` and
 //! `etc/resolv.conf` (empty): [`provide_etc`] writes runbox's content into
@@ -60,6 +62,12 @@ pub struct DeleterPlan<'a> {
     pub victim: Option<BorrowedFd<'a>>,
     /// Its `.trash-*` dirs are deleted too (state dirs runbox renamed there).
     pub state_root: Option<&'a Path>,
+    /// The container's id, when runbox owns a state dir for it in
+    /// `state_root`: if that dir is still there when runbox lets go, runbox
+    /// died before its cleanup (SIGKILL), and the deleter kills `victim` and
+    /// reaps the state dir and layer itself (`state::reap_dir`) rather than
+    /// leave them to the next command.
+    pub id: Option<&'a str>,
 }
 
 impl Deleter {
@@ -80,6 +88,7 @@ impl Deleter {
                     mut first,
                     victim,
                     state_root,
+                    id,
                 } = plan;
                 // Above 0-2 before those become /dev/null: runbox may have
                 // been started with a standard descriptor closed.
@@ -106,7 +115,7 @@ impl Deleter {
                         }
                     }
                 }
-                drop((err, victim));
+                drop(err);
                 if let Some(go) = &go {
                     let mut byte = [0u8; 1];
                     // Returns on EOF: runbox let go (or died).
@@ -114,6 +123,21 @@ impl Deleter {
                         nix::unistd::read(go.as_raw_fd(), &mut byte)
                     {}
                 }
+                // Runbox renames its state dir away before it lets go: if
+                // the dir is still there, runbox was killed. Its container
+                // dies of its parent-death signal; make sure, and reap.
+                if let (Some(root), Some(id)) = (state_root, id) {
+                    if root.join(id).exists() {
+                        if let Some(v) = &victim {
+                            let _ = syscall::pidfd_send_signal(v.as_fd(), libc::SIGKILL);
+                        }
+                        // Runbox's lock goes with its last descriptors, which
+                        // the kernel may close just after the pipe's.
+                        let patience = std::time::Duration::from_secs(2);
+                        crate::state::reap_dir(root, id, containers_dir, patience);
+                    }
+                }
+                drop(victim);
                 // In order: the namespace (the mounts go away), then the pin.
                 for h in hold {
                     drop(h);

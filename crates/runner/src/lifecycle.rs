@@ -235,10 +235,21 @@ pub fn release_name(root: &Path, name: &str, id: &str) {
 /// unique id prefix.
 pub fn resolve(root: &Path, name_or_id: &str) -> Result<String> {
     if validate_name(name_or_id).is_ok() {
-        if let Some(id) = read_name(&name_file(root, name_or_id)) {
-            if root.join(&id).is_dir() {
-                return Ok(id);
+        let path = name_file(root, name_or_id);
+        // A run claims its name before it makes its state dir: wait (up
+        // to SETUP_WAIT) for a claim that young to get its dir.
+        let deadline = Instant::now() + SETUP_WAIT;
+        loop {
+            let id = read_name(&path);
+            if let Some(id) = &id {
+                if root.join(id).is_dir() {
+                    return Ok(id.clone());
+                }
             }
+            if Instant::now() >= deadline || !path.exists() || !young(&path) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
     let hex = !name_or_id.is_empty() && name_or_id.bytes().all(|b| b.is_ascii_hexdigit());
@@ -282,11 +293,14 @@ pub fn list(root: &Path) -> Vec<Listed> {
     let Ok(entries) = std::fs::read_dir(root) else {
         return out;
     };
+    // A run writes its state.json while its command already runs (or just
+    // before): wait for those being written, all within one SETUP_WAIT.
+    let deadline = Instant::now() + SETUP_WAIT;
     for e in entries.flatten() {
         if e.file_name().as_encoded_bytes().starts_with(b".") {
             continue;
         }
-        let Ok(st) = state::load(&e.path()) else {
+        let Ok(st) = load_saved(root, &e.file_name().to_string_lossy(), deadline) else {
             continue;
         };
         let running = st.status == Status::Running && state::is_alive(&st);
@@ -303,6 +317,21 @@ pub fn load(root: &Path, id: &str) -> Result<ContainerState> {
             Err(Error::NoSuchContainer(id.to_owned()))
         }
         other => other,
+    }
+}
+
+/// [`load`], waiting until `deadline` while the state dir is there, locked
+/// by its runbox, but holds no state.json yet.
+fn load_saved(root: &Path, id: &str, deadline: Instant) -> Result<ContainerState> {
+    loop {
+        match load(root, id) {
+            Err(Error::NoSuchContainer(_))
+                if Instant::now() < deadline && is_locked(&root.join(id)) =>
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            other => return other,
+        }
     }
 }
 

@@ -262,7 +262,6 @@ pub fn reap_stale(state_root: &Path, containers_dir: &Path) -> Vec<String> {
                 }
                 continue;
             }
-            let path = entry.path();
             // Stopped (kept) containers are marked read-only: one stat, not a
             // lock and a read, per kept container on every start.
             if entry
@@ -271,45 +270,10 @@ pub fn reap_stale(state_root: &Path, containers_dir: &Path) -> Vec<String> {
             {
                 continue;
             }
-            let Ok(dir) = File::open(&path) else { continue };
-            // Locked: a live runbox owns it.
-            let Ok(lock) = Flock::lock(dir, FlockArg::LockExclusiveNonblock) else {
-                continue;
-            };
-            let stale = match load(&path) {
-                Ok(st) if st.status == Status::Stopped => false,
-                Ok(st) => {
-                    // Its runbox is gone (the lock was free), so the container
-                    // is dying from its parent-death signal; make sure, through
-                    // a pidfd checked against the start time (never a reused pid).
-                    if let Ok(fd) = crate::syscall::pidfd_open(nix::unistd::Pid::from_raw(st.pid)) {
-                        if is_alive(&st) {
-                            let _ = crate::syscall::pidfd_send_signal(
-                                std::os::fd::AsFd::as_fd(&fd),
-                                libc::SIGKILL,
-                            );
-                        }
-                    }
-                    // Its cgroup (limits were asked for) goes with it.
-                    if !st.cgroup.is_empty() {
-                        if let Ok(Some(cg)) = crate::cgroups::Cgroup::open(&st.id) {
-                            let _ = cg.remove();
-                        }
-                    }
-                    true
-                }
-                // No (complete) state.json: its runbox died before saving
-                // it. Directories appear already locked (see
-                // StateDir::create), so a free lock means a dead owner.
-                Err(_) => true,
-            };
-            if stale {
-                let id = entry.file_name().to_string_lossy().into_owned();
-                let _ = layers::move_to_trash(containers_dir, &id);
-                let _ = std::fs::remove_dir_all(&path);
+            let id = entry.file_name().to_string_lossy().into_owned();
+            if reap_dir(state_root, &id, containers_dir, std::time::Duration::ZERO) {
                 reaped.push(id);
             }
-            drop(lock);
         }
     }
     let has_trash = std::fs::read_dir(containers_dir).is_ok_and(|entries| {
@@ -323,6 +287,80 @@ pub fn reap_stale(state_root: &Path, containers_dir: &Path) -> Vec<String> {
         layers::empty_trash(containers_dir);
     }
     reaped
+}
+
+/// Reaps the state dir `<state_root>/<id>` when its owner is gone: its lock
+/// is free and it is not a stopped (kept) container. Kills what is left of
+/// the container (checked against its start time, never a reused pid),
+/// removes its cgroup, moves its layer to the trash and deletes the state
+/// dir. True when it was reaped. Used by [`reap_stale`] (no `patience`) and
+/// by a run's deleter that outlives a killed runbox (which waits up to
+/// `patience` for the lock).
+pub(crate) fn reap_dir(
+    state_root: &Path,
+    id: &str,
+    containers_dir: &Path,
+    patience: std::time::Duration,
+) -> bool {
+    let path = state_root.join(id);
+    let Ok(dir) = File::open(&path) else {
+        return false;
+    };
+    // Locked: a live runbox owns it (or one being killed: its lock goes
+    // with its last descriptors, possibly just after the deleter's pipe).
+    let mut dir = dir;
+    let deadline = std::time::Instant::now() + patience;
+    let lock = loop {
+        match Flock::lock(dir, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => break lock,
+            Err((d, _)) if std::time::Instant::now() < deadline => {
+                dir = d;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(_) => return false,
+        }
+    };
+    match load(&path) {
+        Ok(st) if st.status == Status::Stopped => return false,
+        Ok(st) => {
+            // Its runbox is gone (the lock was free), so the container is
+            // dying from its parent-death signal; make sure.
+            if let Ok(fd) = crate::syscall::pidfd_open(nix::unistd::Pid::from_raw(st.pid)) {
+                if is_alive(&st) {
+                    let _ = crate::syscall::pidfd_send_signal(
+                        std::os::fd::AsFd::as_fd(&fd),
+                        libc::SIGKILL,
+                    );
+                }
+            }
+            // Its cgroup (limits were asked for) goes with it.
+            if !st.cgroup.is_empty() {
+                if let Ok(Some(cg)) = crate::cgroups::Cgroup::open(&st.id) {
+                    let _ = cg.remove();
+                }
+            }
+        }
+        // No (complete) state.json: its runbox died before saving it.
+        // Directories appear already locked (see StateDir::create), so a
+        // free lock means a dead owner.
+        Err(_) => {}
+    }
+    let _ = layers::move_to_trash(containers_dir, id);
+    // Out of the way first: a killed run's deleter may still be writing
+    // state.json into it by path (see `layers::DeleterPlan::first`), and a
+    // file it makes during the delete would leave the directory behind.
+    // Renamed, its writes fail; a file that lands anyway is in a `.trash-`
+    // dir, which that deleter empties when it is done (or a later start,
+    // once old).
+    let trash = path.with_file_name(format!("{}{id}", layers::TRASH_PREFIX));
+    let doomed = if std::fs::rename(&path, &trash).is_ok() {
+        &trash
+    } else {
+        &path
+    };
+    let _ = std::fs::remove_dir_all(doomed);
+    drop(lock);
+    true
 }
 
 #[cfg(test)]
