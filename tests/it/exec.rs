@@ -398,11 +398,31 @@ fn a_reused_pid_cannot_redirect_exec() {
     let root = env.dir.path().join("chroot");
     std::fs::create_dir_all(root.join("bin")).unwrap();
     std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
-    let mut sleeper = Command::new("chroot")
-        .arg(&root)
-        .args(["/bin/busybox", "sleep", "1000"])
-        .spawn()
-        .unwrap();
+    // Until it runs busybox: its exec fails with ETXTBSY while a process
+    // forked by another test thread still holds the copy's write descriptor.
+    let mut sleeper = None;
+    for _ in 0..100 {
+        let mut child = Command::new("chroot")
+            .arg(&root)
+            .args(["/bin/busybox", "sleep", "1000"])
+            .spawn()
+            .unwrap();
+        let ran = loop {
+            let cmdline = std::fs::read(format!("/proc/{}/cmdline", child.id())).unwrap();
+            if cmdline == b"/bin/busybox\0sleep\x001000\0" {
+                break true;
+            }
+            if child.try_wait().unwrap().is_some() {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        if ran {
+            sleeper = Some(child);
+            break;
+        }
+    }
+    let mut sleeper = sleeper.expect("chroot busybox sleep never ran");
     struct Reap<'a>(&'a mut Child);
     impl Drop for Reap<'_> {
         fn drop(&mut self) {

@@ -723,25 +723,58 @@ fn a_volume_is_released_when_the_run_ends() {
         Some("size=1m"),
     )
     .unwrap();
+    // Detached if the test fails before its own umount below.
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+    let _unmount = Unmount(&src);
     // IN_UNMOUNT comes when the filesystem itself goes: when the last mount
     // of it, in any mount namespace, is gone.
     let watch = Inotify::init(InitFlags::IN_NONBLOCK).unwrap();
     watch.add_watch(&src, AddWatchFlags::IN_OPEN).unwrap();
     let vol = format!("{}:/stick", src.display());
-    let o = b.run(&["-v", &vol, "sh", "-c", "echo data > /stick/f"]);
-    let umounted = nix::mount::umount(&src);
-    if umounted.is_err() {
-        let _ = nix::mount::umount2(&src, nix::mount::MntFlags::MNT_DETACH);
-    }
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    assert_eq!(umounted, Ok(()));
-    let gone = watch
-        .read_events()
-        .unwrap_or_default()
-        .iter()
-        .any(|e| e.mask.contains(AddWatchFlags::IN_UNMOUNT));
+    let script = "echo data > /stick/f; while [ ! -e /stick/go ]; do sleep 0.01; done";
+    let mut run = Running(
+        b.cmd(&["-v", &vol, "sh", "-c", script])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     assert!(
-        gone,
+        within_5s(|| src.join("f").exists()),
+        "the run did not start"
+    );
+    // Its deleter must not hold the container's mount namespace (and the
+    // volume with it) beyond the run.
+    for pid in deleters_of(&b) {
+        for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .flatten()
+        {
+            let target = std::fs::read_link(fd.path()).unwrap_or_default();
+            assert!(
+                !target.to_string_lossy().starts_with("mnt:"),
+                "the deleter holds a mount namespace: {target:?}"
+            );
+        }
+    }
+    std::fs::write(src.join("go"), "").unwrap();
+    let status = run.0.wait().unwrap();
+    let umounted = nix::mount::umount(&src);
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(umounted, Ok(()));
+    // Then the filesystem goes: at once, unless a container that another
+    // test started at that moment copied the host's mounts into its new
+    // namespace (until it drops its old root): wait for that, bounded.
+    assert!(
+        within_5s(|| watch
+            .read_events()
+            .unwrap_or_default()
+            .iter()
+            .any(|e| e.mask.contains(AddWatchFlags::IN_UNMOUNT))),
         "the volume's filesystem is still mounted somewhere after the run ended"
     );
 }

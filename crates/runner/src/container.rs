@@ -460,6 +460,9 @@ fn run_blocked(
     let spawned = spawn::spawn_container(flags, plan, stdio, sync_w, into_fd)
         .map_err(|e| Error::io("clone container process", &cfg.image_dir, e.into()))?;
     let pid = spawned.pid;
+    // With host binds nobody holds the namespace: closed now, so that no
+    // fork (the deleter, before it closes what it inherited) keeps it.
+    let mntns = spawned.mntns.filter(|_| !host_binds);
     let waited = (|| {
         let pidfd = spawned
             .pidfd
@@ -519,7 +522,7 @@ fn run_blocked(
         if !cfg.keep {
             let mut hold = Vec::new();
             if !host_binds {
-                hold.extend(spawned.mntns.or_else(|| {
+                hold.extend(mntns.or_else(|| {
                     std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
                         .ok()
                         .map(OwnedFd::from)

@@ -287,7 +287,8 @@ pub struct Listed {
 }
 
 /// Every container of the state root, newest first. Reads state.json files
-/// only (one open+read per container, one /proc stat per running one).
+/// only (one open+read per container, one /proc stat per running one), and
+/// waits (one [`SETUP_WAIT`] in all) for a runbox about to write one.
 pub fn list(root: &Path) -> Vec<Listed> {
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir(root) else {
@@ -300,11 +301,9 @@ pub fn list(root: &Path) -> Vec<Listed> {
         if e.file_name().as_encoded_bytes().starts_with(b".") {
             continue;
         }
-        let Ok(st) = load_saved(root, &e.file_name().to_string_lossy(), deadline) else {
-            continue;
-        };
-        let running = st.status == Status::Running && state::is_alive(&st);
-        out.push(Listed { state: st, running });
+        if let Ok(listed) = load_saved(root, &e.file_name().to_string_lossy(), deadline) {
+            out.push(listed);
+        }
     }
     out.sort_by(|a, b| b.state.created.cmp(&a.state.created));
     out
@@ -320,18 +319,25 @@ pub fn load(root: &Path, id: &str) -> Result<ContainerState> {
     }
 }
 
-/// [`load`], waiting until `deadline` while the state dir is there, locked
-/// by its runbox, but holds no state.json yet.
-fn load_saved(root: &Path, id: &str, deadline: Instant) -> Result<ContainerState> {
+/// [`load`], waiting until `deadline` while the state dir's runbox (it
+/// holds the lock) is about to write it: no state.json yet, or `running`
+/// when PID 1 has just exited (the exit is recorded next).
+/// Also says whether it is running (`running` and PID 1 alive).
+fn load_saved(root: &Path, id: &str, deadline: Instant) -> Result<Listed> {
     loop {
-        match load(root, id) {
-            Err(Error::NoSuchContainer(_))
-                if Instant::now() < deadline && is_locked(&root.join(id)) =>
-            {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            other => return other,
+        let loaded = load(root, id).map(|st| Listed {
+            running: st.status == Status::Running && state::is_alive(&st),
+            state: st,
+        });
+        let pending = match &loaded {
+            Err(Error::NoSuchContainer(_)) => true,
+            Ok(l) => l.state.status == Status::Running && !l.running,
+            Err(_) => false,
+        };
+        if !pending || Instant::now() >= deadline || !is_locked(&root.join(id)) {
+            return loaded;
         }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
