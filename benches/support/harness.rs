@@ -343,6 +343,9 @@ pub fn crun(args: &[&str]) -> Command {
     wrap_crun_like("crun", args)
 }
 
+/// Set on a command made by [`wrap_crun_like`].
+pub const HIDE_CGROUP2_ENV: &str = "RUNBOX_BENCH_HIDE_CGROUP2";
+
 /// `prog ARGS`, on hybrid cgroups with the cgroup2 mount hidden as crun
 /// needs it: between fork and exec the child enters a new mount namespace,
 /// makes it private (so nothing propagates back to the host) and detaches
@@ -356,6 +359,9 @@ pub fn wrap_crun_like(prog: &str, args: &[&str]) -> Command {
     let mut c = Command::new(prog);
     c.args(args);
     if cgroup_hybrid() {
+        // Says so to the peak-RSS measurer, which re-creates the command
+        // in another process (see rss.rs).
+        c.env(HIDE_CGROUP2_ENV, "1");
         // SAFETY: the closure runs in the forked child before exec and only
         // makes system calls (nix passes these short paths on the stack:
         // no allocation, no lock).

@@ -5,7 +5,7 @@
 use std::ffi::OsStr;
 use std::process::{Command, Stdio};
 
-use crate::harness::describe;
+use crate::harness::{describe, wrap_crun_like, HIDE_CGROUP2_ENV};
 
 /// Set in the environment of the re-executed bench binary that measures one
 /// command's peak RSS (see [`max_rss_kib`]).
@@ -20,6 +20,11 @@ pub fn max_rss_kib(cmd: &Command) -> Result<u64, String> {
     c.env(MAXRSS_ENV, "1")
         .arg(cmd.get_program())
         .args(cmd.get_args());
+    // A command started in a mount namespace without the cgroup2 mount
+    // (crun on hybrid cgroups) is started that way by the measurer too.
+    if cmd.get_envs().any(|(k, _)| k == HIDE_CGROUP2_ENV) {
+        c.env(HIDE_CGROUP2_ENV, "1");
+    }
     let shown = describe(cmd);
     let out = c
         .stdin(Stdio::null())
@@ -53,12 +58,16 @@ pub fn maxrss_child_main() -> std::process::ExitCode {
         eprintln!("{MAXRSS_ENV}: no command given");
         return std::process::ExitCode::from(2);
     };
+    let mut cmd = if std::env::var_os(HIDE_CGROUP2_ENV).is_some() {
+        let rest: Vec<&str> = rest.iter().filter_map(|a| a.to_str()).collect();
+        wrap_crun_like(&prog.to_string_lossy(), &rest)
+    } else {
+        let mut c = Command::new(prog as &OsStr);
+        c.args(rest);
+        c
+    };
     // stderr stays visible so that a failure says why.
-    let status = Command::new(prog as &OsStr)
-        .args(rest)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .status();
+    let status = cmd.stdin(Stdio::null()).stdout(Stdio::null()).status();
     match status {
         Ok(s) if s.success() => {
             let usage =
