@@ -354,7 +354,10 @@ pub const HIDE_CGROUP2_ENV: &str = "RUNBOX_BENCH_HIDE_CGROUP2";
 /// subtracted from a noisy median); `crun-wrapper` times this around
 /// /bin/true, to compare with `native`.
 #[allow(unsafe_code)]
-pub fn wrap_crun_like(prog: &str, args: &[&str]) -> Command {
+pub fn wrap_crun_like<A: AsRef<std::ffi::OsStr>>(
+    prog: impl AsRef<std::ffi::OsStr>,
+    args: &[A],
+) -> Command {
     use std::os::unix::process::CommandExt;
     let mut c = Command::new(prog);
     c.args(args);

@@ -59,8 +59,7 @@ pub fn maxrss_child_main() -> std::process::ExitCode {
         return std::process::ExitCode::from(2);
     };
     let mut cmd = if std::env::var_os(HIDE_CGROUP2_ENV).is_some() {
-        let rest: Vec<&str> = rest.iter().filter_map(|a| a.to_str()).collect();
-        wrap_crun_like(&prog.to_string_lossy(), &rest)
+        wrap_crun_like(prog, rest)
     } else {
         let mut c = Command::new(prog as &OsStr);
         c.args(rest);

@@ -152,7 +152,7 @@ pub fn run(c: &mut Criterion, ctx: &Ctx) {
             // What the hybrid-cgroup wrapper alone costs, to subtract from crun.
             for (mode, p) in MODES {
                 let case = Case::new("crun-wrapper", p, || {
-                    Outcome::of(wrap_crun_like("/bin/true", &[]))
+                    Outcome::of(wrap_crun_like("/bin/true", &[] as &[&str]))
                 });
                 crate::harness::measure(ctx, &mut g, G, case, mode, plan(mode));
             }

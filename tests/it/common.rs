@@ -92,6 +92,52 @@ impl TestEnv {
     pub fn run(&self, args: &[&str]) -> Output {
         self.cmd().args(args).output().expect("spawn runbox")
     }
+
+    /// Pids of the deleters of runs in this environment, once one has
+    /// detached and named itself (a run forks it right after its
+    /// container's exec, so it may take a moment to appear).
+    pub fn deleters(&self) -> Vec<i32> {
+        let me = self.dir.path().to_string_lossy().into_owned();
+        let mut deleters = Vec::new();
+        let found = within_5s(|| {
+            deleters = std::fs::read_dir("/proc")
+                .unwrap()
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                .filter(|pid| {
+                    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                        .is_ok_and(|c| c == "runbox-deleter\n")
+                        && std::fs::read(format!("/proc/{pid}/cmdline"))
+                            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&me))
+                })
+                .collect();
+            !deleters.is_empty()
+        });
+        assert!(found, "no deleter for the run");
+        deleters
+    }
+
+    /// SIGKILLs this environment's deleters (see [`TestEnv::deleters`]), as a
+    /// kill of a CI job's whole cgroup would.
+    pub fn kill_deleters(&self) {
+        for pid in self.deleters() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// Polls `done` every 10 ms for up to 5 s; true once it held.
+pub fn within_5s(mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..500 {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    done()
 }
 
 pub fn stdout(o: &Output) -> String {

@@ -46,7 +46,10 @@ impl Ctr {
         ctr.id = id;
         ctr.pid = pid;
         // PID 1 runs (wait_running saw it): the pidfd names it from here on.
-        ctr.pidfd = runbox_runner::syscall::pidfd_open(nix::unistd::Pid::from_raw(pid)).ok();
+        ctr.pidfd = Some(
+            runbox_runner::syscall::pidfd_open(nix::unistd::Pid::from_raw(pid))
+                .expect("pidfd_open of PID 1"),
+        );
         Some(ctr)
     }
 

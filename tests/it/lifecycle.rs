@@ -464,6 +464,9 @@ fn cgroup_of_a_sigkilled_runbox_is_reaped_by_the_next_run() {
         std::thread::yield_now();
     };
     assert!(!cgroup_dirs(&id).is_empty(), "no cgroup for --memory");
+    // Killed with its deleter, the deleter first: a live deleter would reap
+    // the container itself (tests/it/run.rs), racing the next command.
+    lb.env.kill_deleters();
     child.kill().unwrap();
     child.wait().unwrap();
     // The next runbox command reaps what the killed one left.

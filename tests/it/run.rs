@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::common::{require_root, stderr, stdout, TestEnv};
+use crate::common::{require_root, stderr, stdout, within_5s, TestEnv};
 
 const APPLETS: &[&str] = &[
     "sh", "true", "false", "id", "env", "cat", "ls", "echo", "sleep", "hostname", "pwd", "touch",
@@ -551,17 +551,6 @@ fn pids_running(args: &[&str]) -> Vec<i32> {
         .collect()
 }
 
-/// Polls `done` every 10 ms for up to 5 s; true once it held.
-fn within_5s(mut done: impl FnMut() -> bool) -> bool {
-    for _ in 0..500 {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    done()
-}
-
 /// A runbox process, killed if a test fails while it runs.
 struct Running(std::process::Child);
 
@@ -574,9 +563,12 @@ impl Drop for Running {
 
 /// Starts `sleep SECONDS` in a container and returns the runbox process once
 /// the command runs.
-fn start_sleeper(b: &Box, seconds: &str) -> Running {
+fn start_sleeper(b: &Box, flags: &[&str], seconds: &str) -> Running {
+    let script = format!("echo ready; exec sleep {seconds}");
+    let mut args = flags.to_vec();
+    args.extend(["sh", "-c", &script]);
     let mut child = b
-        .cmd(&["sh", "-c", &format!("echo ready; exec sleep {seconds}")])
+        .cmd(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
@@ -590,38 +582,15 @@ fn start_sleeper(b: &Box, seconds: &str) -> Running {
     child
 }
 
-/// The run's deleter, once it has detached and named itself (it is forked
-/// right after the container's exec, so it may take a moment to appear).
-fn deleters_of(b: &Box) -> Vec<i32> {
-    let me = b.env.dir.path().to_string_lossy().into_owned();
-    let mut deleters = Vec::new();
-    let found = within_5s(|| {
-        deleters = std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                    .is_ok_and(|c| c == "runbox-deleter\n")
-                    && std::fs::read(format!("/proc/{pid}/cmdline"))
-                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&me))
-            })
-            .collect();
-        !deleters.is_empty()
-    });
-    assert!(found, "no deleter for the run");
-    deleters
-}
-
 #[test]
 fn a_killed_runbox_leaves_nothing_behind() {
     let Some(b) = Box::new("a_killed_runbox_leaves_nothing_behind") else {
         return;
     };
     // A number no other test sleeps, to find the container's process.
-    let mut child = start_sleeper(&b, "3011");
+    let mut child = start_sleeper(&b, &["--name", "killed"], "3011");
     assert!(within_5s(|| pids_running(&["sleep", "3011"]).len() == 1));
-    let deleters = deleters_of(&b);
+    let deleters = b.env.deleters();
     child.0.kill().unwrap();
     child.0.wait().unwrap();
     // Without any other runbox command: the container dies with runbox
@@ -643,6 +612,10 @@ fn a_killed_runbox_leaves_nothing_behind() {
             .all(|pid| state_of(*pid).is_none_or(|s| s == 'Z'))),
         "the deleter did not end"
     );
+    // Its name is free again, at once.
+    assert!(!b.env.state().join(".names/killed").exists());
+    let o = b.run(&["--name", "killed", "true"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
 
 /// The state letter of a process (`R`, `S`, `Z`...), None once it is gone.
@@ -656,16 +629,10 @@ fn debris_of_a_killed_runbox_is_reaped_by_the_next_run() {
     let Some(b) = Box::new("debris_of_a_killed_runbox_is_reaped_by_the_next_run") else {
         return;
     };
-    let mut child = start_sleeper(&b, "3012");
+    let mut child = start_sleeper(&b, &[], "3012");
     // Killed with its deleter (as when a CI job's whole cgroup is killed),
     // the deleter first so that it cannot reap.
-    let deleters = deleters_of(&b);
-    for pid in deleters {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
+    b.env.kill_deleters();
     child.0.kill().unwrap();
     child.0.wait().unwrap();
     assert_eq!(
@@ -749,7 +716,7 @@ fn a_volume_is_released_when_the_run_ends() {
     );
     // Its deleter must not hold the container's mount namespace (and the
     // volume with it) beyond the run.
-    for pid in deleters_of(&b) {
+    for pid in b.env.deleters() {
         for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
             .unwrap()
             .flatten()

@@ -64,7 +64,8 @@ pub struct DeleterPlan<'a> {
     pub state_root: Option<&'a Path>,
     /// The container's id, when runbox owns a state dir for it in
     /// `state_root`: if that dir is still there when runbox lets go, runbox
-    /// died before its cleanup (SIGKILL), and the deleter kills `victim` and
+    /// died before its cleanup (SIGKILL) or the cleanup failed, and the
+    /// deleter kills `victim` and
     /// reaps the state dir and layer itself (`state::reap_dir`) rather than
     /// leave them to the next command.
     pub id: Option<&'a str>,
@@ -116,17 +117,22 @@ impl Deleter {
                     }
                 }
                 drop(err);
-                if let Some(go) = &go {
+                // True on EOF: runbox let go (or died).
+                let let_go = go.as_ref().is_some_and(|go| {
                     let mut byte = [0u8; 1];
-                    // Returns on EOF: runbox let go (or died).
-                    while let Err(nix::errno::Errno::EINTR) =
-                        nix::unistd::read(go.as_raw_fd(), &mut byte)
-                    {}
-                }
+                    loop {
+                        match nix::unistd::read(go.as_raw_fd(), &mut byte) {
+                            Err(nix::errno::Errno::EINTR) => continue,
+                            other => break other == Ok(0),
+                        }
+                    }
+                });
                 // Runbox renames its state dir away before it lets go: if
-                // the dir is still there, runbox was killed. Its container
-                // dies of its parent-death signal; make sure, and reap.
-                if let (Some(root), Some(id)) = (state_root, id) {
+                // the dir is still there, runbox was killed (or its cleanup
+                // failed). Its container dies of its parent-death signal;
+                // make sure, and reap. Never without that EOF: runbox may be
+                // alive.
+                if let (true, Some(root), Some(id)) = (let_go, state_root, id) {
                     if root.join(id).exists() {
                         if let Some(v) = &victim {
                             let _ = syscall::pidfd_send_signal(v.as_fd(), libc::SIGKILL);

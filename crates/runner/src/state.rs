@@ -320,9 +320,11 @@ pub(crate) fn reap_dir(
             Err(_) => return false,
         }
     };
+    let mut name = None;
     match load(&path) {
         Ok(st) if st.status == Status::Stopped => return false,
         Ok(st) => {
+            name = st.name.clone();
             // Its runbox is gone (the lock was free), so the container is
             // dying from its parent-death signal; make sure.
             if let Ok(fd) = crate::syscall::pidfd_open(nix::unistd::Pid::from_raw(st.pid)) {
@@ -359,6 +361,11 @@ pub(crate) fn reap_dir(
         &path
     };
     let _ = std::fs::remove_dir_all(doomed);
+    // Its `--name` is free again (a claim without a state dir would hold
+    // it, and make lookups of it wait, for a while).
+    if let Some(name) = name {
+        crate::lifecycle::release_name(state_root, &name, id);
+    }
     drop(lock);
     true
 }
