@@ -65,9 +65,8 @@ pub struct DeleterPlan<'a> {
     /// The container's id, when runbox owns a state dir for it in
     /// `state_root`: if that dir is still there when runbox lets go, runbox
     /// died before its cleanup (SIGKILL) or the cleanup failed, and the
-    /// deleter kills `victim` and
-    /// reaps the state dir and layer itself (`state::reap_dir`) rather than
-    /// leave them to the next command.
+    /// deleter kills `victim` and reaps the state dir and layer itself
+    /// (`state::reap_dir`) rather than leave them to the next command.
     pub id: Option<&'a str>,
 }
 
