@@ -20,6 +20,9 @@ impl ExecOptions {
         let Some(container) = rest.next() else {
             bail!("exec: a container NAME or ID is required");
         };
+        if super::run::is_option(&container) {
+            bail!("exec: unknown option `{container}` (options go before the container; see `runbox exec --help`)");
+        }
         let mut cmd: Vec<String> = rest.collect();
         if cmd.first().is_some_and(|a| a == "--") {
             cmd.remove(0);

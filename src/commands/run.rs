@@ -32,6 +32,13 @@ pub struct RunOptions {
 impl RunOptions {
     pub fn from_args(args: RunArgs, id: &str) -> anyhow::Result<RunOptions> {
         let mut rest = args.args;
+        // Options go before IMAGE (with --rootfs, before the command): what
+        // clap did not know there is a mistyped option, as docker says.
+        if let Some(first) = rest.first().filter(|a| is_option(a)) {
+            bail!(
+                "run: unknown option `{first}` (options go before IMAGE and the command; see `runbox run --help`)"
+            );
+        }
         let image = if args.rootfs.is_some() {
             None
         } else {
@@ -196,4 +203,10 @@ pub fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
         None => {}
     }
     Ok(ExitCode::from(report.exit.code()))
+}
+
+/// An option-like word where a positional belongs (`-x`, `--x`), not `-`
+/// or the `--` that ends the options.
+pub fn is_option(arg: &str) -> bool {
+    arg.len() > 1 && arg.starts_with('-') && arg != "--"
 }

@@ -525,6 +525,21 @@ fn usage_errors_exit_125_and_help_exits_0() {
     assert!(stderr(&bad).contains("--no-such-flag"));
     let missing = env.run(&["load"]);
     assert_eq!(missing.status.code(), Some(125));
+    // Where IMAGE (or, with --rootfs, the command, or exec's container) is
+    // expected, an unknown option is named as one, not taken for a name.
+    for args in [
+        &["run", "--no-such-flag", "img", "true"][..],
+        &["run", "--rootfs", "/", "-z", "true"],
+        &["exec", "--no-such-flag", "ctr", "true"],
+    ] {
+        let bad = env.run(args);
+        assert_eq!(bad.status.code(), Some(125), "{args:?}: {}", stderr(&bad));
+        assert!(
+            stderr(&bad).contains("unknown option `-"),
+            "{args:?}: {}",
+            stderr(&bad)
+        );
+    }
     let help = env.run(&["load", "--help"]);
     assert_eq!(help.status.code(), Some(0));
     assert!(stdout(&help).contains("Examples"));
