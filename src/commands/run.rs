@@ -202,14 +202,7 @@ pub fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
         ),
         None => {}
     }
-    // The run is over and cleaned up: exit here instead of freeing the heap
-    // on the way out. Its pages are shared copy-on-write with the deleter
-    // forked after the exec, so freeing them copied them first (0.08-0.1 ms
-    // per run, interleaved A/B). A foreground run's name is released first;
-    // the image pin's lock goes with the process. (process::exit still
-    // flushes stdout.)
-    drop(_name);
-    std::process::exit(i32::from(report.exit.code()))
+    Ok(ExitCode::from(report.exit.code()))
 }
 
 /// An option-like word where a positional belongs (`-x`, `--x`), not `-`
