@@ -69,15 +69,18 @@ impl TestEnv {
             .arg(self.state());
         c
     }
+    /// The state root's entries as they are now.
+    pub fn state_entries_now(&self) -> Vec<std::ffi::OsString> {
+        std::fs::read_dir(self.state())
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default()
+    }
+
     /// The entries of the state dir once runbox's background deleters are
     /// done: a finished run renames its state dir to `.trash-<id>` and its
     /// deleter removes it a moment later. Waits (bounded) for that.
     pub fn state_entries(&self) -> Vec<std::ffi::OsString> {
-        let list = || -> Vec<std::ffi::OsString> {
-            std::fs::read_dir(self.state())
-                .map(|d| d.flatten().map(|e| e.file_name()).collect())
-                .unwrap_or_default()
-        };
+        let list = || self.state_entries_now();
         for _ in 0..250 {
             if !list()
                 .iter()

@@ -602,7 +602,7 @@ fn a_killed_runbox_leaves_nothing_behind() {
         "the container outlived runbox"
     );
     assert!(
-        within_5s(|| b.env.state_entries().is_empty()),
+        within_5s(|| b.env.state_entries_now().is_empty()),
         "state left: {:?}",
         b.env.state_entries()
     );
