@@ -34,7 +34,7 @@ impl RunOptions {
         let mut rest = args.args;
         // Options go before IMAGE (with --rootfs, before the command): what
         // clap did not know there is a mistyped option, as docker says.
-        if let Some(first) = rest.first().filter(|a| is_option(a)) {
+        if let Some(first) = rest.first().filter(|a| is_option(a) && !after_dashes(a)) {
             bail!(
                 "run: unknown option `{first}` (options go before IMAGE and the command; see `runbox run --help`)"
             );
@@ -209,4 +209,13 @@ pub fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
 /// or the `--` that ends the options.
 pub fn is_option(arg: &str) -> bool {
     arg.len() > 1 && arg.starts_with('-') && arg != "--"
+}
+
+/// The first positional `word` was given after `--` (clap drops the `--`):
+/// `runbox run --rootfs DIR -- -x` runs `-x`.
+pub fn after_dashes(word: &str) -> bool {
+    let raw: Vec<String> = std::env::args().collect();
+    raw.iter()
+        .position(|a| a == word)
+        .is_some_and(|i| i > 0 && raw[i - 1] == "--")
 }

@@ -540,6 +540,14 @@ fn usage_errors_exit_125_and_help_exits_0() {
             stderr(&bad)
         );
     }
+    // After `--` it is the command (here not found: 127 when run as root).
+    if nix::unistd::geteuid().is_root() {
+        let root = env.dir.path().join("emptyroot");
+        std::fs::create_dir_all(&root).unwrap();
+        let o = env.run(&["run", "--rootfs", root.to_str().unwrap(), "--", "-z"]);
+        assert!(!stderr(&o).contains("unknown option"), "{}", stderr(&o));
+        assert_eq!(o.status.code(), Some(127), "{}", stderr(&o));
+    }
     let help = env.run(&["load", "--help"]);
     assert_eq!(help.status.code(), Some(0));
     assert!(stdout(&help).contains("Examples"));
