@@ -135,16 +135,13 @@ impl Cleanup<'_> {
         // nothing if runbox died in between.
         if self.layer && !self.cfg.keep {
             self.layer = false;
-            let dir = &self.cfg.containers_dir;
-            match layers::move_to_trash(dir, &self.cfg.id) {
-                Ok(true) if self.deleter.is_none() => {
-                    if !layers::empty_trash_in_background(dir) {
-                        layers::empty_trash(dir);
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => first = first.and(Err(e)),
-            }
+            let (dir, id) = (&self.cfg.containers_dir, &self.cfg.id);
+            // The deleter deletes the trash once let go (below).
+            first = first.and(if self.deleter.is_some() {
+                layers::move_to_trash(dir, id).map(drop)
+            } else {
+                layers::discard_layer_in_background(dir, id)
+            });
         }
         if let Some(dir) = self.state.take() {
             if !self.cfg.keep {

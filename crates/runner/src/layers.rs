@@ -167,10 +167,17 @@ fn detach_from_caller(keep: &[RawFd]) {
     let _ = syscall::close_all_from_except(3, keep);
 }
 
+/// Where `dir` goes to be deleted: `.trash-<its name>` beside it (scanners
+/// skip dot entries, and a deleter empties them).
+pub fn trash_path(dir: &Path) -> std::path::PathBuf {
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    dir.with_file_name(format!("{TRASH_PREFIX}{name}"))
+}
+
 /// Renames a writable layer to `.trash-<id>`; false when there is none.
 pub fn move_to_trash(containers_dir: &Path, id: &str) -> Result<bool> {
     let dir = containers_dir.join(id);
-    let trash = containers_dir.join(format!("{TRASH_PREFIX}{id}"));
+    let trash = trash_path(&dir);
     match std::fs::rename(&dir, &trash) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
@@ -184,7 +191,7 @@ pub fn move_to_trash(containers_dir: &Path, id: &str) -> Result<bool> {
 /// milliseconds on a busy ext4). Deletes inline when the fork fails.
 pub fn discard_layer_in_background(containers_dir: &Path, id: &str) -> Result<()> {
     if move_to_trash(containers_dir, id)? && !empty_trash_in_background(containers_dir) {
-        let trash = containers_dir.join(format!("{TRASH_PREFIX}{id}"));
+        let trash = trash_path(&containers_dir.join(id));
         std::fs::remove_dir_all(&trash).map_err(|e| Error::io("remove", &trash, e))?;
     }
     Ok(())
@@ -237,13 +244,7 @@ pub fn empty_trash(containers_dir: &Path) {
             let name = entry.file_name().to_string_lossy().into_owned();
             // An old `.tmp` spare was left by a killed deleter (a young one
             // may be in the making by a concurrent deleter: leave it).
-            let stale_tmp = name.ends_with(".tmp")
-                && entry
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| t.elapsed().ok())
-                    .is_some_and(|age| age > std::time::Duration::from_secs(60));
+            let stale_tmp = name.ends_with(".tmp") && crate::state::is_old(&entry.path());
             if name.starts_with(TRASH_PREFIX) || stale_tmp {
                 let _ = std::fs::remove_dir_all(entry.path());
             } else if name.starts_with(SPARE_PREFIX) && !name.contains(".tmp") {

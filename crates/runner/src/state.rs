@@ -42,7 +42,7 @@ use crate::layers;
 const NEW_PREFIX: &str = ".new-";
 
 /// Modified more than a minute ago.
-fn is_old(path: &Path) -> bool {
+pub(crate) fn is_old(path: &Path) -> bool {
     std::fs::symlink_metadata(path)
         .and_then(|m| m.modified())
         .ok()
@@ -189,10 +189,7 @@ impl StateDir {
     /// a deleter to remove (see `layers::DeleterPlan::state_root`), and releases
     /// the lock. Deletes it at once when the rename fails.
     pub fn discard(self) -> Result<()> {
-        let name = self.path.file_name().unwrap_or_default().to_string_lossy();
-        let trash = self
-            .path
-            .with_file_name(format!("{}{name}", crate::layers::TRASH_PREFIX));
+        let trash = layers::trash_path(&self.path);
         match std::fs::rename(&self.path, &trash) {
             Ok(()) => Ok(()),
             Err(_) => self.remove(),
@@ -354,7 +351,7 @@ pub(crate) fn reap_dir(
     // Renamed, its writes fail; a file that lands anyway is in a `.trash-`
     // dir, which that deleter empties when it is done (or a later start,
     // once old).
-    let trash = path.with_file_name(format!("{}{id}", layers::TRASH_PREFIX));
+    let trash = layers::trash_path(&path);
     let doomed = if std::fs::rename(&path, &trash).is_ok() {
         &trash
     } else {
