@@ -336,6 +336,12 @@ fn run_blocked(
     let sigfd =
         signals::signal_fd().map_err(|e| Error::io("create signalfd for", "runbox", e.into()))?;
     state::reap_stale(&cfg.state_root, &cfg.containers_dir);
+    // A run that is not kept empties the trash at its end (its deleter, or
+    // `Cleanup`): only a kept one looks now, an extra process otherwise
+    // forked while the previous run's deleter is still at it.
+    if cfg.keep {
+        layers::empty_trash_if_any(&cfg.containers_dir);
+    }
     let mut cleanup = Cleanup {
         cfg,
         state: None,

@@ -221,6 +221,21 @@ pub fn empty_trash_in_background(containers_dir: &Path) -> bool {
     deleter.is_some()
 }
 
+/// Empties the trash in the background when there is some (a layer a
+/// killed deleter left, or one `state::reap_stale` moved there).
+pub fn empty_trash_if_any(containers_dir: &Path) {
+    let has_trash = std::fs::read_dir(containers_dir).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            e.file_name()
+                .as_encoded_bytes()
+                .starts_with(TRASH_PREFIX.as_bytes())
+        })
+    });
+    if has_trash && !empty_trash_in_background(containers_dir) {
+        empty_trash(containers_dir);
+    }
+}
+
 /// Deletes the `.trash-*` dirs of `dir`.
 pub fn remove_trash(dir: &Path) {
     if let Ok(entries) = std::fs::read_dir(dir) {

@@ -238,9 +238,10 @@ pub fn is_alive(state: &ContainerState) -> bool {
 }
 
 /// Removes what SIGKILLed runs left: unlocked `running`/`created` state dirs
-/// whose process is gone (their writable layers go to the trash). Trash is
-/// emptied in the background only when there is some. Returns the ids
-/// reaped. Errors are skipped: this is best effort.
+/// whose process is gone. Their writable layers go to the trash, for
+/// whoever empties it next (a run's deleter at its end, or
+/// `layers::empty_trash_if_any`). Returns the ids reaped. Errors are
+/// skipped: this is best effort.
 pub fn reap_stale(state_root: &Path, containers_dir: &Path) -> Vec<String> {
     let mut reaped = Vec::new();
     if let Ok(entries) = std::fs::read_dir(state_root) {
@@ -272,16 +273,6 @@ pub fn reap_stale(state_root: &Path, containers_dir: &Path) -> Vec<String> {
                 reaped.push(id);
             }
         }
-    }
-    let has_trash = std::fs::read_dir(containers_dir).is_ok_and(|entries| {
-        entries.flatten().any(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with(layers::TRASH_PREFIX)
-        })
-    });
-    if has_trash && !layers::empty_trash_in_background(containers_dir) {
-        layers::empty_trash(containers_dir);
     }
     reaped
 }
@@ -425,6 +416,7 @@ mod tests {
         std::fs::create_dir(root.join("unsaved")).unwrap();
         std::fs::create_dir(root.join(".new-starting")).unwrap();
         let mut reaped = reap_stale(&root, &layers);
+        layers::empty_trash_if_any(&layers);
         reaped.sort();
         assert_eq!(reaped, ["dead", "unsaved"]);
         assert!(root.join(".new-starting").exists());
