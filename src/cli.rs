@@ -280,11 +280,7 @@ pub struct RunArgs {
     pub timings: Option<Timings>,
     /// IMAGE (tarball, layout, name or ID) then the command and its arguments;
     /// with --rootfs, only the command
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "IMAGE [--] CMD"
-    )]
+    #[arg(trailing_var_arg = true, value_name = "IMAGE [--] CMD")]
     pub args: Vec<String>,
 }
 
@@ -311,7 +307,6 @@ pub struct ExecArgs {
     /// Container name, ID or ID prefix, then the command and its arguments
     #[arg(
         trailing_var_arg = true,
-        allow_hyphen_values = true,
         required = true,
         value_name = "CONTAINER [--] CMD"
     )]

@@ -20,9 +20,6 @@ impl ExecOptions {
         let Some(container) = rest.next() else {
             bail!("exec: a container NAME or ID is required");
         };
-        if super::run::is_option(&container) && !super::run::after_dashes(&container) {
-            bail!("exec: unknown option `{container}` (options go before the container; see `runbox exec --help`)");
-        }
         let mut cmd: Vec<String> = rest.collect();
         if cmd.first().is_some_and(|a| a == "--") {
             cmd.remove(0);

@@ -32,13 +32,6 @@ pub struct RunOptions {
 impl RunOptions {
     pub fn from_args(args: RunArgs, id: &str) -> anyhow::Result<RunOptions> {
         let mut rest = args.args;
-        // Options go before IMAGE (with --rootfs, before the command): what
-        // clap did not know there is a mistyped option, as docker says.
-        if let Some(first) = rest.first().filter(|a| is_option(a) && !after_dashes(a)) {
-            bail!(
-                "run: unknown option `{first}` (options go before IMAGE and the command; see `runbox run --help`)"
-            );
-        }
         let image = if args.rootfs.is_some() {
             None
         } else {
@@ -203,19 +196,4 @@ pub fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
         None => {}
     }
     Ok(ExitCode::from(report.exit.code()))
-}
-
-/// An option-like word where a positional belongs (`-x`, `--x`), not `-`
-/// or the `--` that ends the options.
-pub fn is_option(arg: &str) -> bool {
-    arg.len() > 1 && arg.starts_with('-') && arg != "--"
-}
-
-/// The first positional `word` was given after `--` (clap drops the `--`):
-/// `runbox run --rootfs DIR -- -x` runs `-x`.
-pub fn after_dashes(word: &str) -> bool {
-    let raw: Vec<String> = std::env::args().collect();
-    raw.iter()
-        .position(|a| a == word)
-        .is_some_and(|i| i > 0 && raw[i - 1] == "--")
 }
