@@ -301,7 +301,23 @@ pub fn list(root: &Path) -> Vec<Listed> {
         if e.file_name().as_encoded_bytes().starts_with(b".") {
             continue;
         }
-        if let Ok(listed) = load_saved(root, &e.file_name().to_string_lossy(), deadline) {
+        // Waits while there is no state.json yet, or it says `running`
+        // when PID 1 has just exited (the exit is recorded next).
+        let listed = load_waiting(
+            root,
+            &e.file_name().to_string_lossy(),
+            deadline,
+            |st| Listed {
+                running: st.status == Status::Running && state::is_alive(&st),
+                state: st,
+            },
+            |loaded| match loaded {
+                Err(Error::NoSuchContainer(_)) => true,
+                Ok(l) => l.state.status == Status::Running && !l.running,
+                Err(_) => false,
+            },
+        );
+        if let Ok(listed) = listed {
             out.push(listed);
         }
     }
@@ -319,22 +335,19 @@ pub fn load(root: &Path, id: &str) -> Result<ContainerState> {
     }
 }
 
-/// [`load`], waiting until `deadline` while the state dir's runbox (it
-/// holds the lock) is about to write it: no state.json yet, or `running`
-/// when PID 1 has just exited (the exit is recorded next).
-/// Also says whether it is running (`running` and PID 1 alive).
-fn load_saved(root: &Path, id: &str, deadline: Instant) -> Result<Listed> {
+/// [`load`] seen through `view`, waiting until `deadline` while `pending`
+/// says the state is about to change and the state dir's runbox (it holds
+/// the lock) is alive to change it.
+fn load_waiting<T>(
+    root: &Path,
+    id: &str,
+    deadline: Instant,
+    view: impl Fn(ContainerState) -> T,
+    pending: impl Fn(&Result<T>) -> bool,
+) -> Result<T> {
     loop {
-        let loaded = load(root, id).map(|st| Listed {
-            running: st.status == Status::Running && state::is_alive(&st),
-            state: st,
-        });
-        let pending = match &loaded {
-            Err(Error::NoSuchContainer(_)) => true,
-            Ok(l) => l.state.status == Status::Running && !l.running,
-            Err(_) => false,
-        };
-        if !pending || Instant::now() >= deadline || !is_locked(&root.join(id)) {
+        let loaded = load(root, id).map(&view);
+        if !pending(&loaded) || Instant::now() >= deadline || !is_locked(&root.join(id)) {
             return loaded;
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -350,17 +363,17 @@ pub const SETUP_WAIT: Duration = Duration::from_secs(2);
 /// state.json yet (written once the command runs), or says `created`.
 pub fn load_started(root: &Path, id: &str) -> Result<ContainerState> {
     let deadline = Instant::now() + SETUP_WAIT;
-    loop {
-        let setting_up = match load(root, id) {
-            Ok(st) => st.status == Status::Created && state::is_alive(&st),
-            Err(Error::NoSuchContainer(_)) => is_locked(&root.join(id)),
+    load_waiting(
+        root,
+        id,
+        deadline,
+        |st| st,
+        |loaded| match loaded {
+            Ok(st) => st.status == Status::Created && state::is_alive(st),
+            Err(Error::NoSuchContainer(_)) => true,
             Err(_) => false,
-        };
-        if !setting_up || Instant::now() >= deadline {
-            return load(root, id);
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+        },
+    )
 }
 
 /// The directory exists and another process holds its lock.
@@ -491,10 +504,7 @@ pub fn stop(root: &Path, id: &str, grace: Duration) -> Result<Option<ContainerSt
 pub fn remove(root: &Path, containers_dir: &Path, id: &str, force: bool) -> Result<()> {
     let st = load_started(root, id)?;
     let alive = open_pid1(&st);
-    let monitored = st.monitor_pid > 0
-        && File::open(root.join(id))
-            .ok()
-            .is_some_and(|d| Flock::lock(d, FlockArg::LockExclusiveNonblock).is_err());
+    let monitored = st.monitor_pid > 0 && is_locked(&root.join(id));
     if alive.is_some() || monitored {
         if !force {
             return Err(Error::ContainerState {
