@@ -14,6 +14,7 @@ use crate::{Error, Result};
 
 use super::locks::{lock_file, write_atomic, Lock, Session};
 use super::names::normalize_name;
+use super::names_of;
 use super::{ImageRecord, LoadObserver, LoadOptions, LoadReport, Store};
 
 impl Store {
@@ -32,10 +33,8 @@ impl Store {
         // Fastest path (every `run image.tar` after the first): this very
         // file was loaded before. It needs no session and no sweep.
         if let Some(key) = &source_key {
-            if let Some(id) = self.cached_source(key)? {
-                self.add_names(&id, &source_names(None, opts))?;
-                self.touch(&id)?;
-                let image = self.read_record(&id)?;
+            if let Some(mut image) = self.reuse_key(key, opts)? {
+                image.names = names_of(&self.refs()?, &image.id);
                 return Ok(self.reused(image, started));
             }
         }
@@ -90,8 +89,21 @@ impl Store {
         }
     }
 
-    /// The stored image this input was loaded as, if its rootfs is still there.
-    fn cached_source(&self, key: &str) -> Result<Option<Digest>> {
+    /// [`Store::load`]'s fast path alone: when `path` was loaded before
+    /// (as `opts` say) and its rootfs is still there, gives it the names
+    /// the load would, marks it used and returns its record, without names.
+    pub(crate) fn reuse_source(
+        &self,
+        path: &Path,
+        opts: &LoadOptions,
+    ) -> Result<Option<ImageRecord>> {
+        match source_key(path, opts) {
+            Some(key) => self.reuse_key(&key, opts),
+            None => Ok(None),
+        }
+    }
+
+    fn reuse_key(&self, key: &str, opts: &LoadOptions) -> Result<Option<ImageRecord>> {
         let p = self.root.join("sources").join(key);
         let Ok(text) = fs::read_to_string(&p) else {
             return Ok(None);
@@ -99,10 +111,13 @@ impl Store {
         let Some(id) = Digest::parse(text.trim()) else {
             return Ok(None);
         };
-        match self.read_bare(&id) {
-            Ok(rec) if rec.rootfs.is_dir() => Ok(Some(id)),
-            _ => Ok(None),
-        }
+        let mut rec = match self.read_json(&id) {
+            Ok(rec) if rec.rootfs.is_dir() => rec,
+            _ => return Ok(None),
+        };
+        self.add_names(&id, &source_names(None, opts))?;
+        rec.last_used = self.touch(&id)?;
+        Ok(Some(rec))
     }
 
     /// An image with known diff_ids: skip unpacking when its chain is stored.

@@ -221,19 +221,24 @@ impl Store {
         Ok(rec)
     }
 
-    /// A record without its names (they cost a read of every ref): what
-    /// `run` needs.
+    /// A record without its names (they cost a read of every ref).
     pub(crate) fn read_bare(&self, id: &Digest) -> Result<ImageRecord> {
-        let path = self.record_path(id);
-        let bytes = read_capped(&path)?.ok_or_else(|| Error::ImageNotFound(id.to_string()))?;
-        let mut rec: ImageRecord = serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
+        let mut rec = self.read_json(id)?;
         rec.last_used = fs::metadata(self.used_path(id))
             .and_then(|m| m.modified())
             .unwrap_or(rec.loaded);
         Ok(rec)
+    }
+
+    /// The record file alone: no names, `last_used` not read (`run` sets
+    /// it when it marks the image used).
+    pub(crate) fn read_json(&self, id: &Digest) -> Result<ImageRecord> {
+        let path = self.record_path(id);
+        let bytes = read_capped(&path)?.ok_or_else(|| Error::ImageNotFound(id.to_string()))?;
+        serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
+            path,
+            reason: e.to_string(),
+        })
     }
 
     /// Every stored image, names filled in, sorted by load time (newest first).
@@ -359,30 +364,58 @@ impl Store {
     /// Either way the image is marked used now.
     pub fn resolve_or_load(&self, arg: &str, platform: &Platform) -> Result<ImageRecord> {
         let (path, selector) = Selector::parse_path_arg(arg);
+        // `run` has no use for the names: never read every ref.
         if path.exists() {
             let opts = LoadOptions {
                 selector,
                 platform: platform.clone(),
                 tags: vec![],
             };
+            // Loaded before (every run after the first): no load at all.
+            if let Some(rec) = self.reuse_source(&path, &opts)? {
+                return Ok(rec);
+            }
             return Ok(self.load(&path, &opts, &mut Silent)?.image);
         }
-        // `run` has no use for the names: skip reading every ref.
         let id = self.resolve_id(arg)?;
-        self.touch(&id)?;
-        self.read_bare(&id)
+        let mut rec = self.read_json(&id)?;
+        rec.last_used = self.touch(&id)?;
+        Ok(rec)
     }
 
-    /// Marks the image used now (for `prune --until`).
-    pub fn touch(&self, id: &Digest) -> Result<()> {
+    /// Marks the image used now (for `prune --until`); returns that time.
+    /// One utimensat, a create only the first time.
+    pub fn touch(&self, id: &Digest) -> Result<SystemTime> {
+        use nix::sys::stat::{utimensat, UtimensatFlags};
+        use nix::sys::time::TimeSpec;
         let path = self.used_path(id);
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .ctx("open", &path)?;
-        f.set_modified(SystemTime::now()).ctx("set mtime of", &path)
+        let now = SystemTime::now();
+        let since_epoch = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        let set = || {
+            utimensat(
+                None,
+                &path,
+                &TimeSpec::UTIME_OMIT,
+                &TimeSpec::from_duration(since_epoch),
+                UtimensatFlags::FollowSymlink,
+            )
+        };
+        match set() {
+            Err(nix::errno::Errno::ENOENT) => {
+                OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&path)
+                    .ctx("create", &path)?;
+                set()
+            }
+            other => other,
+        }
+        .map_err(|e| Error::io("set mtime of", &path, e.into()))?;
+        Ok(now)
     }
 
     /// Holds the image's rootfs against removal while a container uses it.
@@ -477,7 +510,7 @@ impl Store {
 }
 
 /// The names in `refs` that point at `id`, sorted.
-fn names_of(refs: &[(String, Digest)], id: &Digest) -> Vec<String> {
+pub(super) fn names_of(refs: &[(String, Digest)], id: &Digest) -> Vec<String> {
     let mut names: Vec<String> = refs
         .iter()
         .filter(|(_, target)| target == id)
