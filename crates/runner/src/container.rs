@@ -476,7 +476,8 @@ fn run_blocked(
         }
         // A settled child has exec'd or failed: all it had to say is there.
         let (sync, sync_bytes, exec_at) = if spawned.settled {
-            let mut bytes = watch::read_to_eof(&sync_r);
+            let mut bytes = Vec::new();
+            watch::read_to_eof(&sync_r, &mut bytes);
             if !spawned.exec_reached && spawn::parse_sync(&bytes).error.is_none() {
                 // Died before reaching its exec without a word (a signal).
                 bytes.extend_from_slice(

@@ -117,7 +117,7 @@ pub struct ChildPlan {
     pub cgroup_wait: Option<OwnedFd>,
     /// Set right before the execve. Spawned sharing runbox's memory, the
     /// child sets it there: runbox tells an exec from a death on the way.
-    pub exec_reached: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub exec_reached: std::sync::atomic::AtomicBool,
 }
 
 /// A setup failure: the exit code and a one-line message naming the phase.

@@ -152,9 +152,7 @@ impl Watch<'_> {
                 }
                 if let Some(s) = sync.take() {
                     // The child is gone: whatever it wrote is complete.
-                    while let Ok(n @ 1..) = nix::unistd::read(s.as_raw_fd(), &mut buf) {
-                        sync_bytes.extend_from_slice(&buf[..n]);
-                    }
+                    read_to_eof(&s, &mut sync_bytes);
                 }
                 let status = waitpid(self.pid, None)
                     .map_err(|e| Error::io("wait for", self.what, e.into()))?;
@@ -180,18 +178,17 @@ fn add<'f>(fds: &mut Vec<PollFd<'f>>, fd: Option<BorrowedFd<'f>>) -> Option<usiz
     })
 }
 
-/// Everything left on `pipe` (whose writers are all gone), capped like
-/// the loop's reads.
-pub(crate) fn read_to_eof(pipe: &OwnedFd) -> Vec<u8> {
-    let mut out = Vec::new();
+/// Appends everything left on `pipe` (whose writers are all gone) to
+/// `out`, capped like the loop's reads.
+pub(crate) fn read_to_eof(pipe: &OwnedFd, out: &mut Vec<u8>) {
     let mut buf = [0u8; 4096];
     loop {
         match nix::unistd::read(pipe.as_raw_fd(), &mut buf) {
-            Ok(0) => return out,
+            Ok(0) => return,
             Ok(n) if out.len() < MAX_SYNC => out.extend_from_slice(&buf[..n]),
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => return out,
+            Err(_) => return,
         }
     }
 }
