@@ -9,7 +9,7 @@
 use std::io::{self, Read, Seek, SeekFrom};
 
 use crate::unpack::archive::{
-    check_checksum, check_size, cstr, header_name, padding, parse_num, Pax, MAX_LONG_NAME, MAX_PAX,
+    check_checksum, check_size, cstr, entry_names, padding, parse_num, Pax, MAX_LONG_NAME, MAX_PAX,
 };
 
 const BLOCK: u64 = 512;
@@ -161,16 +161,7 @@ fn finish<R: Read + Seek>(
     hsize: u64,
     pending: Pending,
 ) -> Result<Scanned, String> {
-    let name = match (pending.pax.get("path"), pending.long_name) {
-        (Some(p), _) => p.to_vec(),
-        (None, Some(n)) => n,
-        (None, None) => header_name(block),
-    };
-    let link = match (pending.pax.get("linkpath"), pending.long_link) {
-        (Some(l), _) => l.to_vec(),
-        (None, Some(l)) => l,
-        (None, None) => cstr(&block[157..257]).to_vec(),
-    };
+    let (name, link) = entry_names(block, &pending.pax, pending.long_name, pending.long_link);
     let size = check_size(pending.pax.num("size")?.unwrap_or(hsize))?;
     let typeflag = block[156];
     if typeflag == b'S' && block[482] != 0 {
@@ -258,6 +249,26 @@ mod tests {
             .collect();
         assert_eq!(ours, theirs);
         assert_eq!(ours[2].0, b"pax/name");
+    }
+
+    /// The scanner names members as the unpacker does (`entry_names`): a
+    /// PAX sparse member by its `GNU.sparse.name`, not the placeholder path.
+    #[test]
+    fn scan_names_a_pax_sparse_member_by_its_real_name() {
+        let mut b = tar::Builder::new(Vec::new());
+        b.append_pax_extensions([
+            ("path", &b"GNUSparseFile.0/data"[..]),
+            ("GNU.sparse.name", &b"real/data"[..]),
+        ])
+        .unwrap();
+        let mut h = tar::Header::new_ustar();
+        h.set_path("GNUSparseFile.0/data").unwrap();
+        h.set_size(1);
+        h.set_cksum();
+        b.append(&h, &b"x"[..]).unwrap();
+        let ours = scan_all(&b.into_inner().unwrap()).unwrap();
+        assert_eq!(ours.len(), 1);
+        assert_eq!(ours[0].name, b"real/data");
     }
 
     /// Headers announcing huge extension data are refused from the header

@@ -102,6 +102,28 @@ pub(crate) fn header_name(block: &[u8; 512]) -> Vec<u8> {
     }
 }
 
+/// A member's path and link target, by precedence: PAX `GNU.sparse.name`
+/// (the real name of a PAX sparse member), PAX `path` / `linkpath`, a GNU
+/// long name / long link, then the header's own fields.
+pub(crate) fn entry_names(
+    block: &[u8; 512],
+    pax: &Pax,
+    long_name: Option<Vec<u8>>,
+    long_link: Option<Vec<u8>>,
+) -> (Vec<u8>, Vec<u8>) {
+    let path = match (pax.get("GNU.sparse.name").or(pax.get("path")), long_name) {
+        (Some(p), _) => p.to_vec(),
+        (None, Some(n)) => n,
+        (None, None) => header_name(block),
+    };
+    let link = match (pax.get("linkpath"), long_link) {
+        (Some(l), _) => l.to_vec(),
+        (None, Some(l)) => l,
+        (None, None) => cstr(&block[157..257]).to_vec(),
+    };
+    (path, link)
+}
+
 /// Parses a numeric header field: octal (space/NUL terminated) or GNU
 /// base-256 (high bit set). Negative values are refused.
 pub(crate) fn parse_num(field: &[u8]) -> Result<u64, String> {
@@ -488,18 +510,8 @@ impl<R: Read> TarStream<R> {
     ) -> Result<Entry, BadArchive> {
         let posix_ustar = &block[257..263] == b"ustar\0";
         let is_ustar = posix_ustar || &block[257..263] == b"ustar ";
-        let mut path = long_name.unwrap_or_else(|| header_name(block));
-        if let Some(p) = pax.get("path") {
-            path = p.to_vec();
-        }
-        if let Some(p) = pax.get("GNU.sparse.name") {
-            path = p.to_vec();
-        }
+        let (path, link) = entry_names(block, &pax, long_name, long_link);
         self.current = lossy(&path);
-        let mut link = long_link.unwrap_or_else(|| cstr(&block[157..257]).to_vec());
-        if let Some(l) = pax.get("linkpath") {
-            link = l.to_vec();
-        }
         let field = |r: std::ops::Range<usize>, what: &str| {
             parse_num(&block[r]).map_err(|e| format!("{what}: {e}"))
         };
