@@ -16,8 +16,10 @@
 //! renamed the layer to the trash and lets it go. It then deletes every
 //! `.trash-*` dir and leaves one spare. If runbox is killed instead, the
 //! deleter finds the state dir still in place and reaps the container
-//! itself. A deleter that is killed leaves trash (and a killed runbox's
-//! state) that the next start (`state::reap_stale`) hands to a new one.
+//! itself. A deleter that is killed leaves trash, emptied by the next
+//! run's deleter (a kept run looks at start: [`empty_trash_if_any`]), and
+//! a killed runbox's state, which the next start reaps
+//! (`state::reap_stale`) into the trash.
 //!
 //! A spare's upper dir already holds `etc/hosts`, `etc/hostname` and
 //! `etc/resolv.conf` (empty): [`provide_etc`] writes runbox's content into
